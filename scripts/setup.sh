@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Set-up shared by the pack's two commands (scripts/demo.sh, scripts/test.sh).
+# Checks prerequisites, then creates .venv and installs the pinned Python and
+# npm dependencies. Re-running is cheap: installs are skipped while pyproject.toml
+# and package-lock.json are unchanged. Source it; it defines $PY (the venv python).
+set -euo pipefail
+
+PACK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$PACK_ROOT"
+
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+# --- Python 3.11+ --------------------------------------------------------------
+find_python() {
+  local c
+  for c in "${PYTHON:-}" python3.11 python3.12 python3.13 python3; do
+    [ -n "$c" ] || continue
+    command -v "$c" >/dev/null 2>&1 || continue
+    if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  return 1
+}
+BASE_PY="$(find_python)" || die "Python 3.11 or later is required (found: $(python3 --version 2>&1 || echo none)). Install it (Debian/Ubuntu: apt-get install python3.11 python3.11-venv; macOS: brew install python@3.11) or set PYTHON=/path/to/python3.11."
+
+# --- Java 17+ (PySpark 4.3 runs on Java 17 or 21) --------------------------------
+JAVA_BIN="java"
+[ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ] && JAVA_BIN="$JAVA_HOME/bin/java"
+command -v "$JAVA_BIN" >/dev/null 2>&1 || die "Java 17 or later is required for PySpark and was not found. Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) or set JAVA_HOME."
+java_major="$("$JAVA_BIN" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\(\.[0-9]*\)*.*/\1/p' | head -n 1)"
+[ -n "$java_major" ] && [ "$java_major" -ge 17 ] || die "Java 17 or later is required for PySpark 4.3; found: $("$JAVA_BIN" -version 2>&1 | head -n 1). Install openjdk-17 and set JAVA_HOME."
+
+# --- virtual environment ---------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $BASE_PY"
+  "$BASE_PY" -m venv .venv || die "could not create a virtual environment; install the venv module (Debian/Ubuntu: apt-get install python3-venv)"
+fi
+PY="$PACK_ROOT/.venv/bin/python"
+stamp_py="$( (cat pyproject.toml; "$PY" --version) | sha256sum | cut -c1-16)"
+if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
+  say "installing pinned Python dependencies (first run downloads pyspark, ~450 MB)"
+  "$PY" -m pip install --disable-pip-version-check -q --upgrade pip
+  "$PY" -m pip install --disable-pip-version-check -q -e . || die "pip install failed; see the messages above"
+  echo "$stamp_py" > .venv/.setup-stamp
+fi
+
+# --- Node tools (markdownlint) ---------------------------------------------------
+NEED_NODE="${PACK_NEED_NODE:-1}"
+if [ "$NEED_NODE" = "1" ]; then
+  command -v node >/dev/null 2>&1 || die "Node.js 20 or later is required for the Markdown linter. Install it (Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)."
+  node_major="$(node -p 'process.versions.node.split(".")[0]')"
+  [ "$node_major" -ge 20 ] || die "Node.js 20 or later is required for markdownlint-cli 0.48; found $(node --version)."
+  stamp_node="$(sha256sum package-lock.json | cut -c1-16)"
+  if [ "$(cat node_modules/.setup-stamp 2>/dev/null)" != "$stamp_node" ]; then
+    say "installing npm dev tools (markdownlint-cli)"
+    npm ci --no-audit --no-fund --loglevel=error >&2 || die "npm ci failed; see the messages above"
+    echo "$stamp_node" > node_modules/.setup-stamp
+  fi
+fi
+
+export PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY"
+export PATH="$PACK_ROOT/node_modules/.bin:$PATH"

@@ -1,0 +1,84 @@
+"""Shared fixtures: one SparkSession and one Postgres for the whole test session.
+
+- ``spark``: the lab's local RTM session (``local[4]``, 2 shuffle partitions).
+  Queries started by a test must be stopped by it; ``stop_all_queries`` runs
+  after every test that used Spark as a safety net.
+- ``pg_dsn``: ``$PG_DSN`` when set, otherwise a throwaway local server.
+- ``pg_server``: a private embedded server a test may stop and restart
+  (fault tests); never the shared one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+#: Task slots of the shared session. RTM needs source + shuffle partitions slots
+#: for a stateful query, so 4 covers a 2-partition source with 2 shuffle partitions.
+SPARK_CORES = 4
+SHUFFLE_PARTITIONS = 2
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from examples.rtm_lab import build_session
+
+    session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
+                            app_name="rtm-pack-tests")
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_queries(request):
+    yield
+    if "spark" in request.fixturenames:
+        session = request.getfixturevalue("spark")
+        for query in session.streams.active:
+            query.stop()
+        session.conf.set("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A fresh checkpoint folder for one query."""
+    path = tmp_path / f"checkpoint-{uuid.uuid4().hex[:8]}"
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn():
+    from examples.local_postgres import postgres_dsn
+
+    with postgres_dsn() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def pg_server():
+    from examples.local_postgres import EmbeddedPostgres
+
+    with EmbeddedPostgres(log=lambda _msg: None) as server:
+        yield server
+
+
+@pytest.fixture
+def pg_conn(pg_dsn):
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def table_name():
+    """A unique table name per test, so tests can share one database."""
+    return f"t_{uuid.uuid4().hex[:10]}"
