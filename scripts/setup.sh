@@ -60,5 +60,5 @@ if [ "$NEED_NODE" = "1" ]; then
   fi
 fi
 
-export PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY"
+export PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY" NO_MKDOCS_2_WARNING=1
 export PATH="$PACK_ROOT/node_modules/.bin:$PATH"
