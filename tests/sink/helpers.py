@@ -1,0 +1,38 @@
+"""Helpers shared by the sink tests: table set-up and polling Postgres."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from psycopg import sql
+
+from examples.pg_statements import create_table_sql
+
+
+def make_table(conn: psycopg.Connection, table: str, columns: dict[str, str] | None = None,
+               key: tuple[str, ...] = ("id",), schema: str | None = None) -> None:
+    columns = columns or {"id": "bigint", "version": "bigint", "name": "varchar(20)"}
+    conn.execute(create_table_sql(table, columns, key, schema=schema))
+
+
+def table_rows(conn: psycopg.Connection, table: str, order: str = "id", schema: str | None = None) -> list[tuple]:
+    target = sql.Identifier(schema, table) if schema else sql.Identifier(table)
+    query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(target, sql.Identifier(order))
+    return conn.execute(query).fetchall()
+
+
+def wait_for_count(conn: psycopg.Connection, table: str, count: int, timeout: float = 60.0,
+                   query=None) -> int:
+    """Poll until ``table`` has at least ``count`` rows; fail fast if a streaming query died."""
+    deadline = time.monotonic() + timeout
+    stmt = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+    while True:
+        found = conn.execute(stmt).fetchone()[0]
+        if found >= count:
+            return found
+        if query is not None and not query.isActive:
+            raise AssertionError(f"query stopped after {found} of {count} rows: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {found} of {count} rows after {timeout:.0f} s")
+        time.sleep(0.2)
