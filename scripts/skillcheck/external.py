@@ -1,0 +1,105 @@
+"""External checkers: markdownlint (repo config ``.markdownlint.yaml``) and ``mkdocs build --strict``.
+
+A missing tool is a finding (EXT003) naming the tool and how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .findings import Finding
+
+TIMEOUT_SECONDS = 300
+
+
+def markdownlint_command(root: Path) -> list[str] | None:
+    local = root / "node_modules" / ".bin" / "markdownlint"
+    if local.exists():
+        return [str(local)]
+    found = shutil.which("markdownlint")
+    return [found] if found else None
+
+
+def run_markdownlint(root: Path, files: list[str]) -> list[Finding]:
+    if not files:
+        return []
+    cmd = markdownlint_command(root)
+    if cmd is None or shutil.which("node") is None:
+        what = "node" if shutil.which("node") is None else "markdownlint"
+        return [Finding(".markdownlint.yaml", 1, 1, "EXT003",
+                        f"{what} not found: install Node 20+ and run `npm ci` in the pack root (or `bash scripts/setup.sh`)")]
+    config = root / ".markdownlint.yaml"
+    args = cmd + ["--json"] + (["--config", str(config)] if config.exists() else []) + ["--"] + files
+    try:
+        proc = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [Finding(".markdownlint.yaml", 1, 1, "EXT003", f"markdownlint could not run: {exc}")]
+    if proc.returncode == 0:
+        return []
+    try:
+        issues = json.loads(proc.stderr or proc.stdout)
+    except json.JSONDecodeError:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[:1] or [f"exit {proc.returncode}"]
+        return [Finding(".markdownlint.yaml", 1, 1, "EXT001", f"markdownlint failed: {detail[0]}")]
+    out = []
+    for i in issues:
+        rng = i.get("errorRange") or [1]
+        names = "/".join(i.get("ruleNames", []))
+        detail = f" [{i['errorDetail']}]" if i.get("errorDetail") else ""
+        out.append(Finding(i.get("fileName", "?"), int(i.get("lineNumber") or 1), int(rng[0] or 1), "EXT001",
+                           f"{names} {i.get('ruleDescription', '')}{detail}"))
+    return out
+
+
+_MKDOCS_FILE_RE = re.compile(r"'([^']+\.md)'")
+
+
+def run_mkdocs(root: Path) -> list[Finding]:
+    config = root / "mkdocs.yml"
+    if not config.exists():
+        return [Finding("mkdocs.yml", 1, 1, "EXT002", "mkdocs.yml not found: the docs site cannot be built")]
+    try:
+        import mkdocs  # noqa: F401
+    except ImportError:
+        return [Finding("mkdocs.yml", 1, 1, "EXT003",
+                        "mkdocs not installed: `pip install mkdocs-material 'mkdocs<2'` (or `bash scripts/setup.sh`)")]
+    with tempfile.TemporaryDirectory(prefix="skills-site-") as site:
+        env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(config), "-d", site],
+                                  cwd=root, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env)
+        except subprocess.TimeoutExpired:
+            return [Finding("mkdocs.yml", 1, 1, "EXT002", f"mkdocs build did not finish in {TIMEOUT_SECONDS} s")]
+    if proc.returncode == 0:
+        return []
+    out = []
+    for line in (proc.stderr + proc.stdout).splitlines():
+        if not re.match(r"^\s*(WARNING|ERROR)\b", line) and "Aborted" not in line:
+            continue
+        if "Aborted with" in line:
+            continue
+        m = _MKDOCS_FILE_RE.search(line)
+        path = m.group(1) if m else "mkdocs.yml"
+        if m and not (root / path).exists():
+            docs_dir = _docs_dir(config)
+            path = f"{docs_dir}/{path}" if docs_dir else path
+        out.append(Finding(path, 1, 1, "EXT002", re.sub(r"\s+", " ", line.strip())))
+    if not out:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        out.append(Finding("mkdocs.yml", 1, 1, "EXT002", f"mkdocs build --strict failed: {tail[0]}"))
+    return out
+
+
+def _docs_dir(config: Path) -> str:
+    for line in config.read_text(encoding="utf-8", errors="replace").splitlines():
+        m = re.match(r"^docs_dir:\s*['\"]?([^'\"#\s]+)", line)
+        if m:
+            return m.group(1).rstrip("/")
+    return "docs"

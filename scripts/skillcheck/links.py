@@ -1,0 +1,45 @@
+"""Relative links and #anchors in Markdown resolve (http(s), mailto and other schemes are skipped)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote
+
+from .findings import Finding
+from .markdown import Document, anchors
+
+SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def check_links(doc: Document, root: Path, load: Callable[[str], Document | None]) -> list[Finding]:
+    """``load(relpath)`` returns the parsed Markdown document at a root-relative path (or None)."""
+    out: list[Finding] = []
+    own_anchors: set[str] | None = None
+    for link in doc.links:
+        target = link.target.strip()
+        if not target or SCHEME_RE.match(target) or target.startswith("//"):
+            continue
+        path_part, _, anchor = target.partition("#")
+        path_part = unquote(path_part.split("?")[0])
+        if not path_part:
+            if own_anchors is None:
+                own_anchors = anchors(doc)
+            if anchor and anchor not in own_anchors:
+                out.append(Finding(doc.path, link.line, link.col, "LINK002", f"anchor #{anchor} matches no heading in this file"))
+            continue
+        if path_part.startswith("/"):
+            rel = posixpath.normpath(path_part.lstrip("/"))
+        else:
+            rel = posixpath.normpath(posixpath.join(posixpath.dirname(doc.path), path_part))
+        full = root / rel
+        if rel.startswith("../") or not full.exists():
+            out.append(Finding(doc.path, link.line, link.col, "LINK001", f"link target {path_part!r} does not exist"))
+            continue
+        if anchor and rel.endswith(".md") and full.is_file():
+            other = load(rel)
+            if other is not None and anchor not in anchors(other):
+                out.append(Finding(doc.path, link.line, link.col, "LINK002", f"anchor #{anchor} matches no heading in {rel}"))
+    return out

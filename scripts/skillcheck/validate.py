@@ -1,0 +1,120 @@
+"""Run every check on a pack root and return sorted findings (the `validate` command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .codeblocks import check_document, check_module
+from .findings import Finding, unique_sorted
+from .frontmatter import check_front_matter, parse_front_matter, read_install_name
+from .links import check_links
+from .manifest import check_manifest, read_text
+from .markdown import Document, parse
+from .packfiles import markdown_files, pack_files
+from .routing import check_routing
+
+
+class Pack:
+    """Cached access to the pack's text files; read problems become PACK002 findings once."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.findings: list[Finding] = []
+        self._text: dict[str, str | None] = {}
+        self._docs: dict[str, Document | None] = {}
+
+    def text(self, rel: str) -> str | None:
+        if rel not in self._text:
+            text, err = read_text(self.root, rel)
+            if err:
+                self.findings.append(err)
+            self._text[rel] = text
+        return self._text[rel]
+
+    def module_text(self, rel: str) -> str | None:
+        p = self.root / rel
+        if not p.is_file():
+            return None
+        return self.text(rel)
+
+    def doc(self, rel: str) -> Document | None:
+        if rel not in self._docs:
+            text = self.text(rel)
+            self._docs[rel] = parse(rel, text) if text is not None else None
+        return self._docs[rel]
+
+
+def check_reference_shape(doc: Document) -> list[Finding]:
+    lines = doc.lines
+    if not lines or not lines[0].startswith("# ") or not lines[0][2:].strip():
+        return [Finding(doc.path, 1, 1, "MD002", "line 1 must be the title: '# Title'")]
+    rest = [(i, l) for i, l in enumerate(lines[1:], 2)]
+    k = 0
+    while k < len(rest) and not rest[k][1].strip():
+        k += 1
+    if k == 0 and rest:
+        return [Finding(doc.path, 2, 1, "MD002", "leave a blank line after the title")]
+    if k >= len(rest):
+        return [Finding(doc.path, 1, 1, "MD002", "no summary paragraph after the title")]
+    line, first = rest[k]
+    s = first.lstrip()
+    if s.startswith(("#", "```", "~~~", "|", "<!--", "- ", "* ", ">")) or s[:2].rstrip(".").isdigit():
+        return [Finding(doc.path, line, 1, "MD002", "the title must be followed by a one-paragraph summary in prose")]
+    return []
+
+
+def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int]:
+    """(findings, number of files checked)."""
+    root = root.resolve()
+    pack = Pack(root)
+    out: list[Finding] = []
+    files = pack_files(root)
+    md_files = markdown_files(root)
+    references = [rel for rel, role in files if role == "reference"]
+
+    # SKILL.md: front matter and routing table.
+    if not (root / "SKILL.md").is_file():
+        out.append(Finding("SKILL.md", 1, 1, "PACK001", "SKILL.md not found at the pack root"))
+    else:
+        skill = pack.doc("SKILL.md")
+        if skill is not None:
+            fm, fm_findings = parse_front_matter(skill)
+            out += fm_findings
+            name, problem = read_install_name(root)
+            out += check_front_matter(skill, fm, name, problem)
+            out += check_routing(skill, references)
+
+    # Every Markdown file: links, code blocks, excerpts, prose; references: title + summary.
+    for rel in md_files:
+        doc = pack.doc(rel)
+        if doc is None:
+            continue
+        out += check_links(doc, root, pack.doc)
+        out += check_document(doc, pack.module_text)
+        if rel in references:
+            out += check_reference_shape(doc)
+
+    # Example modules (and the pack's own tool code): rules, docstrings.
+    for rel, role in files:
+        if role != "example":
+            continue
+        text = pack.text(rel)
+        if text is not None:
+            found, _ = check_module(rel, text)
+            out += [f for f in found if not (f.code == "EX001" and rel.endswith("__init__.py"))]
+
+    out += check_manifest(root)
+
+    from .examples_import import check_imports
+
+    out += check_imports(root)
+    if external:
+        from .external import run_markdownlint, run_mkdocs
+
+        readable_md = [rel for rel in md_files if pack.doc(rel) is not None]
+        out += run_markdownlint(root, readable_md)
+        out += run_mkdocs(root)
+
+    out += pack.findings
+    checked = len(set(md_files) | {rel for rel, _ in files})
+    return unique_sorted(out), checked
