@@ -52,6 +52,14 @@ for name in modules:
     results[name] = {"output": output, "threads": threads, "spark": spark, "error": error}
 with open(results_path, "w", encoding="utf-8") as fh:
     json.dump(results, fh)
+try:  # a module that launched the JVM gateway must not leave it behind
+    SparkContext = sys.modules["pyspark"].SparkContext
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+        proc.wait(timeout=30)
+except Exception:
+    pass
 os._exit(0)
 '''
 

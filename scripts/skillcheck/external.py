@@ -1,5 +1,8 @@
 """External checkers: markdownlint (repo config ``.markdownlint.yaml``) and ``mkdocs build --strict``.
 
+Note: ``mkdocs build --strict -q`` (mkdocs 1.6.1) hides the warnings and then
+does NOT fail on them, so the build runs without ``-q``.
+
 A missing tool is a finding (EXT003) naming the tool and how to install it.
 """
 
@@ -73,7 +76,7 @@ def run_mkdocs(root: Path) -> list[Finding]:
     with tempfile.TemporaryDirectory(prefix="skills-site-") as site:
         env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
         try:
-            proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(config), "-d", site],
+            proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", site],
                                   cwd=root, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env)
         except subprocess.TimeoutExpired:
             return [Finding("mkdocs.yml", 1, 1, "EXT002", f"mkdocs build did not finish in {TIMEOUT_SECONDS} s")]

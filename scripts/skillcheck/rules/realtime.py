@@ -70,6 +70,8 @@ def _is_broadcast(expr: ast.expr, env: Env) -> bool | None:
            and str(l.call.args[0].value).lower() in ("broadcast", "broadcastjoin", "mapjoin")
            for l in chain.links):
         return True
+    if any(l.name == "broadcast" and l.call is not None for l in chain.links):
+        return True  # F.broadcast(static)
     root, _ = resolve(chain.root, chain.root_env)
     if callee_name(root) == "broadcast":
         return True

@@ -36,6 +36,16 @@ def _returns_in(body: list[ast.stmt]):
         stack.extend(ast.iter_child_nodes(n))
 
 
+def _own_nodes(fn: ast.AST):
+    """Nodes of a function body, not descending into nested functions, classes or lambdas."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(n))
+
+
 def check(tree: ast.Module, path: str) -> list[Finding]:
     out: list[Finding] = []
     for cls in ast.walk(tree):
@@ -44,7 +54,7 @@ def check(tree: ast.Module, path: str) -> list[Finding]:
         for fn in cls.body:
             if not _is_open(fn):
                 continue
-            for node in ast.walk(fn):
+            for node in _own_nodes(fn):
                 if isinstance(node, ast.ExceptHandler):
                     for ret in _returns_in(node.body):
                         if _falsy_return(ret):
