@@ -163,7 +163,8 @@ def _count_lines(folder: Path) -> int:
     return sum(p.read_text(encoding="ascii").count("\n") for p in folder.glob("lat-*.csv"))
 
 
-def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path) -> dict[str, Any]:
+def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path,
+             warmup: float = 5.0) -> dict[str, Any]:
     """Run one case: start the query, warm up, feed at ``rate`` for ``seconds``, drain, stop."""
     from pyspark.sql import functions as F
 
@@ -194,9 +195,9 @@ def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path) ->
     try:
         # Warm-up row without a source stamp: the report skips it.
         source.add([{"id": -1, "source_ms": None}])
-        # Give it up to 5 s to reach the sink (under RTM it may be held until the long
-        # batch ends); measuring starts either way.
-        deadline = time.monotonic() + 5
+        # Give it up to ``warmup`` s to reach the sink (under RTM it may be held until
+        # the long batch ends); measuring starts either way.
+        deadline = time.monotonic() + warmup
         while _count_lines(out) < 1 and time.monotonic() < deadline and is_active():
             time.sleep(0.1)
         if not is_active():
@@ -229,7 +230,7 @@ def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path) ->
     return result
 
 
-def child_main(group: dict[str, Any], seconds: float) -> None:
+def child_main(group: dict[str, Any], seconds: float, warmup: float = 5.0) -> None:
     """Run one group's cases in this process and print ``RESULT <json>`` per case."""
     sys.path.insert(0, str(ROOT))
     workdir = Path(tempfile.mkdtemp(prefix="foreach-latency-"))
@@ -251,7 +252,7 @@ def child_main(group: dict[str, Any], seconds: float) -> None:
                 _log(f"case {spec['name']}: {spec['mode']} trigger={spec['trigger']} "
                      f"rate={spec['rate']}/s for {seconds:g} s")
                 try:
-                    result = run_case(spark, spec, seconds, workdir)
+                    result = run_case(spark, spec, seconds, workdir, warmup)
                 except Exception as exc:  # report and carry on with the next case
                     result = {**spec, "error": f"{type(exc).__name__}: {exc}"[:500]}
                 result["conf"] = group.get("conf", {})
@@ -269,10 +270,11 @@ def child_main(group: dict[str, Any], seconds: float) -> None:
 # --------------------------------------------------------------- parent side
 
 
-def run_group(group: dict[str, Any], seconds: float, timeout: float) -> list[dict[str, Any]]:
+def run_group(group: dict[str, Any], seconds: float, timeout: float,
+              warmup: float = 5.0) -> list[dict[str, Any]]:
     """Run a group in a child process, streaming its progress lines; return its results."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(group),
-           "--seconds", str(seconds)]
+           "--seconds", str(seconds), "--warmup", str(warmup)]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     results: list[dict[str, Any]] = []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -345,7 +347,7 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
 def markdown_table(results: dict[str, Any]) -> str:
     """The results as a Markdown table (what ``benchmarks/README.md`` embeds)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |",
-             "|" + "|".join(["---"] + ["---:"] * (len(TABLE_COLUMNS) - 1)) + "|"]
+             "| " + " | ".join(["---"] + ["---:"] * (len(TABLE_COLUMNS) - 1)) + " |"]
     for row in table_rows(results):
         lines.append("| " + " | ".join([f"`{row[0]}`"] + row[1:]) + " |")
     meta = results["machine"]
@@ -378,14 +380,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of input per case (default 12, quick 3)")
     parser.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=None,
                         help="comma-separated input rates in rows/s")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="max seconds to wait for the warm-up row (default 5, quick 1)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the results table in benchmarks/README.md")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 12.0)
+    warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 5.0)
     if args.child:
-        child_main(json.loads(args.child), seconds)
+        child_main(json.loads(args.child), seconds, warmup)
         return 0
 
     groups = plan(args.quick, args.rates)
@@ -397,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"session '{group['group']}' conf={group.get('conf', {})}")
         timeout = 60 + len(group["cases"]) * (seconds + 60)
         try:
-            cases.extend(run_group(group, seconds, timeout))
+            cases.extend(run_group(group, seconds, timeout, warmup))
         except Exception as exc:
             _log(f"session '{group['group']}' failed: {exc}")
             cases.extend({**spec, "group": group["group"], "conf": group.get("conf", {}),

@@ -1,0 +1,77 @@
+"""The foreach latency benchmark: a --quick smoke run (JSON shape only) and README/JSON agreement."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "foreach_latency.py"
+RESULTS = ROOT / "benchmarks" / "results" / "foreach_latency.json"
+README = ROOT / "benchmarks" / "README.md"
+LEGS = ("source_to_plan", "plan_to_sink", "source_to_sink")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("foreach_latency_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_shape(results):
+    assert results["benchmark"] == "foreach_latency"
+    assert results["percentile_method"] == "nearest-rank"
+    assert {"cores", "spark_master", "pyspark", "python"} <= set(results["machine"])
+    assert results["cases"], "no cases recorded"
+    for case in results["cases"]:
+        assert {"name", "mode", "trigger", "rate", "sink", "group"} <= set(case)
+        if "report" not in case:
+            assert case.get("skipped") or case.get("error"), case
+            continue
+        assert case["rows_recorded"] == case["report"]["count"]
+        for leg in LEGS:
+            stats = case["report"][leg]
+            assert stats["count"] == case["rows_recorded"]
+            if stats["count"]:
+                assert stats["min"] <= stats["p50"] <= stats["p90"] <= stats["p95"] \
+                    <= stats["p99"] <= stats["max"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_quick_run_writes_results_json(tmp_path):
+    out = tmp_path / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--seconds", "2", "--warmup", "1",
+         "--output", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    check_shape(results)
+    assert results["quick"] is True
+    names = [c["name"] for c in results["cases"]]
+    assert names == ["rtm-5s-50", "microbatch-50"]
+    for case in results["cases"]:
+        assert "error" not in case, case
+        assert case["rows_sent"] > 0
+        assert case["rows_recorded"] == case["rows_sent"], case
+    assert "e2e p50" in proc.stdout  # the printed table
+
+
+def test_committed_results_have_the_expected_shape():
+    check_shape(json.loads(RESULTS.read_text()))
+
+
+def test_readme_table_matches_the_results_json():
+    bench = load_bench()
+    results = json.loads(RESULTS.read_text())
+    text = README.read_text()
+    start = text.index(bench.README_START) + len(bench.README_START)
+    end = text.index(bench.README_END)
+    assert text[start:end].strip() == bench.markdown_table(results).strip(), (
+        "benchmarks/README.md is stale: run benchmarks/foreach_latency.py --update-readme "
+        "or regenerate the table from the JSON")
