@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 #: Folders never scanned for Markdown: tools, builds, caches, and the validator's deliberately broken fixtures.
@@ -44,9 +45,17 @@ def pack_files(root: Path) -> list[tuple[str, str]]:
 
 
 def markdown_files(root: Path) -> list[str]:
+    """Every Markdown file of the repo, pruning tool, build and hidden folders while walking."""
     out = []
-    for p in root.rglob("*.md"):
-        rel = _rel(root, p)
-        if not _skipped(rel):
-            out.append(rel)
+    for dirpath, dirnames, filenames in os.walk(root):
+        reldir = Path(dirpath).relative_to(root).as_posix()
+        reldir = "" if reldir == "." else reldir + "/"
+        dirnames[:] = sorted(d for d in dirnames
+                             if not _skipped(reldir + d + "/x") and not (reldir + d).startswith(SKIP_PREFIXES))
+        for name in filenames:
+            if name.endswith(".md") and not _skipped(reldir + name):
+                out.append(reldir + name)
+        for d in list(dirnames):  # a directory named like a Markdown file: reported as unreadable later
+            if d.endswith(".md"):
+                out.append(reldir + d)
     return sorted(out)

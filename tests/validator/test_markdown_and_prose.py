@@ -1,0 +1,104 @@
+"""Markdown scanning, slugs compatible with Python-Markdown's toc, link resolution and the prose rules."""
+
+from __future__ import annotations
+
+import markdown
+import pytest
+from markdown.extensions.toc import slugify as toc_slugify
+
+from skillcheck.markdown import anchors, heading_plain_text, parse, slugify
+from skillcheck.rules.prose import check_text
+
+HEADINGS = [
+    "Writing the query", "Real-time mode (RTM): set-up", "`foreach` vs. `foreachBatch`",
+    "What's new in 4.3?", "Slots = source + shuffle", "Step 1 -- connect", "C++ & Java", "Ünïcödé heading",
+    "  Spaces   around  ", "snake_case_name", "Errors: `STREAMING_REAL_TIME_MODE`",
+]
+
+
+@pytest.mark.parametrize("text", HEADINGS)
+def test_slugify_matches_python_markdown(text):
+    assert slugify(text) == toc_slugify(text, "-")
+
+
+def test_heading_ids_match_rendered_toc():
+    source = "\n\n".join(f"## {h}" for h in HEADINGS + ["Writing the query"]) + "\n"
+    md = markdown.Markdown(extensions=["toc"])
+    md.convert(source)
+    rendered = set()
+
+    def walk(items):
+        for item in items:
+            rendered.add(item["id"])
+            walk(item["children"])
+
+    walk(md.toc_tokens)
+    assert anchors(parse("x.md", source)) == rendered
+    assert "writing-the-query_1" in rendered
+
+
+def test_fences_tags_comments_and_indented_blocks():
+    doc = parse("x.md", "\n".join([
+        "# T", "", "<!-- skills: allow RTM001 -- demo -->", "```python", "x = 1", "```", "",
+        "1. Step", "", "    ```bash", "    echo hi", "    ```", "", "~~~", "plain", "~~~", "",
+    ]))
+    assert [(b.lang, b.start, b.lines) for b in doc.blocks] == [
+        ("python", 4, ["x = 1"]), ("bash", 10, ["echo hi"]), ("", 14, ["plain"])]
+    assert doc.blocks[0].comments == [(3, "skills: allow RTM001 -- demo")]
+    assert doc.blocks[1].indent == 4
+
+
+def test_links_skip_code_spans_and_fences():
+    doc = parse("x.md", "See [a](a.md) and `[b](b.md)`.\n\n```text\n[c](c.md)\n```\n\n[ref]: d.md#x\n")
+    assert [(l.target, l.line) for l in doc.links] == [("a.md", 1), ("d.md#x", 7)]
+
+
+def test_headings_inside_fences_are_not_anchors():
+    doc = parse("x.md", "# Title\n\n```bash\n# not a heading\n```\n")
+    assert anchors(doc) == {"title"}
+
+
+def test_heading_plain_text_strips_markup():
+    assert heading_plain_text("The [`foreach`](x.md) **sink**") == "The foreach sink"
+
+
+def prose(text: str) -> set[str]:
+    return {f.code for f in check_text([(1, 0, text)], "x.md")}
+
+
+@pytest.mark.parametrize("text,code", [
+    ("Enable Photon for real-time mode.", "PROSE001"),
+    ("Real-time mode requires Photon.", "PROSE001"),
+    ("Photon is required for real-time queries.", "PROSE001"),
+    ("Run it on a Photon-enabled cluster.", "PROSE001"),
+    ("Use DBR 13.3 or later.", "PROSE002"),
+    ("Available from Databricks Runtime 13.3 LTS.", "PROSE002"),
+    ("Latency stays < 800 ms.", "PROSE003"),
+    ("Expect 800ms end to end.", "PROSE003"),
+    ("Latency is sub-800 ms.", "PROSE003"),
+    ("Call .trigger(realTime=True) to start.", "PROSE004"),
+])
+def test_prose_claims_are_flagged(text, code):
+    assert code in prose(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Photon must be OFF for real-time mode.",
+    "Disable Photon on the real-time cluster.",
+    "Real-time mode does not need Photon.",
+    "Photon is not required.",
+    "Turn Photon off; autoscaling and spot instances too.",
+    "Real-time mode needs Databricks Runtime 16.4 LTS or later.",
+    "Older pages claim DBR 13.3, which is wrong.",
+    "The p95 was 810 ms in micro-batch.",
+    "Passing realTime=True raises PySparkValueError.",
+    "Never write realTime=True; pass a duration string.",
+    "Photon and real-time mode: see the set-up page.",
+])
+def test_prose_corrections_are_not_flagged(text):
+    assert prose(text) == set()
+
+
+def test_prose_rule_reports_the_right_line():
+    findings = check_text([(10, 0, "First line is fine."), (11, 0, "Then enable Photon.")], "x.md")
+    assert [(f.code, f.line) for f in findings] == [("PROSE001", 11)]
