@@ -251,10 +251,12 @@ class PostgresForeachWriter:
             return False  # the first row for a key wins, as ON CONFLICT DO NOTHING does
         if self._version_idx is None:
             return True  # last row wins
+        # Same rule as the statement's guard: only a strictly newer version replaces a row,
+        # so with equal versions the first row wins whether the tie is in one flush or across two.
         old_v, new_v = previous[self._version_idx], new[self._version_idx]
         if new_v is None:
-            return old_v is None
-        return old_v is None or new_v >= old_v
+            return False
+        return old_v is None or new_v > old_v
 
     def _extract(self, row: Any) -> tuple:
         layout = self._row_layout

@@ -36,3 +36,33 @@ def wait_for_count(conn: psycopg.Connection, table: str, count: int, timeout: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"only {found} of {count} rows after {timeout:.0f} s")
         time.sleep(0.2)
+
+
+class CrashingWriter:
+    """Wraps a writer; raises once after ``crash_after`` rows while ``marker`` exists (then deletes it).
+
+    Simulates an executor crash in the middle of an epoch, after some flushes
+    were already committed. Picklable (the marker is a file path).
+    """
+
+    def __init__(self, inner, marker: str, crash_after: int):
+        self.inner = inner
+        self.marker = marker
+        self.crash_after = crash_after
+        self.seen = 0
+
+    def open(self, partition_id, epoch_id):
+        self.seen = 0
+        return self.inner.open(partition_id, epoch_id)
+
+    def process(self, row):
+        import os
+
+        self.seen += 1
+        if self.seen > self.crash_after and os.path.exists(self.marker):
+            os.remove(self.marker)
+            raise RuntimeError("simulated executor crash")
+        self.inner.process(row)
+
+    def close(self, error):
+        self.inner.close(error)

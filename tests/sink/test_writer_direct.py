@@ -80,6 +80,10 @@ def test_version_guard_never_lets_an_older_row_win(pg_dsn, pg_conn, table_name):
     run(writer(pg_dsn, table_name, version_column="version"),
         [{"id": 1, "version": 9, "name": "v9"}, {"id": 1, "version": 7, "name": "v7"}])
     assert table_rows(pg_conn, table_name)[0] == (1, 9, "v9")
+    # Equal versions: the first row wins, inside one flush as across flushes.
+    run(writer(pg_dsn, table_name, version_column="version"),
+        [{"id": 4, "version": 2, "name": "first"}, {"id": 4, "version": 2, "name": "second"}])
+    assert table_rows(pg_conn, table_name)[-1] == (4, 2, "first")
 
 
 def test_insert_ignore_keeps_the_first_row(pg_dsn, pg_conn, table_name):
