@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import os
 import shutil
 import socket
@@ -69,10 +70,10 @@ def candidate_bin_dirs() -> list[Path]:
     initdb = shutil.which("initdb")
     if initdb:
         found.append(Path(initdb).resolve().parent)
-    with contextlib.suppress(ImportError):
-        import pgserver  # type: ignore[import-not-found]
-
-        found.append(Path(pgserver.__file__).parent / "pginstall" / "bin")
+    # pgserver's binaries, located without importing it (its import has side effects).
+    spec = importlib.util.find_spec("pgserver")
+    if spec is not None and spec.origin:
+        found.append(Path(spec.origin).parent / "pginstall" / "bin")
     return found
 
 

@@ -44,10 +44,13 @@ def test_missing_binaries_name_the_fixes(monkeypatch, tmp_path):
 
 def test_pgserver_binaries_work_as_fallback(monkeypatch):
     """A machine without a system Postgres gets one from the pgserver wheel."""
-    pgserver = pytest.importorskip("pgserver")
+    import importlib.util
     from pathlib import Path
 
-    bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None:
+        pytest.skip("pgserver is not installed")
+    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
     with EmbeddedPostgres(bin_dir=bin_dir, log=lambda _m: None) as server:
         with psycopg.connect(server.dsn) as conn:
             version = conn.execute("show server_version").fetchone()[0]
