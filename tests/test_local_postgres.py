@@ -55,3 +55,33 @@ def test_pgserver_binaries_work_as_fallback(monkeypatch):
         with psycopg.connect(server.dsn) as conn:
             version = conn.execute("show server_version").fetchone()[0]
     assert version.split(".")[0].isdigit()
+
+
+def test_runs_as_a_normal_user(tmp_path):
+    """Root is handled above; a normal user runs the binaries directly (needs root to switch user)."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    runuser = shutil.which("runuser")
+    system_python = Path("/usr/bin/python3")
+    if os.geteuid() != 0 or not runuser or not system_python.exists():
+        pytest.skip("needs root, runuser and /usr/bin/python3 to become another user")
+    root = Path(__file__).resolve().parent.parent
+    script = (
+        "import sys, subprocess\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "from examples.local_postgres import EmbeddedPostgres\n"
+        "import os\n"
+        "with EmbeddedPostgres(log=lambda m: None) as pg:\n"
+        "    assert pg._owner is None\n"
+        "    out = subprocess.run([str(pg._bin / 'pg_isready'), '-h', '127.0.0.1', '-p', str(pg.port)],\n"
+        "                         capture_output=True, text=True)\n"
+        "    print(os.geteuid(), out.returncode)\n"
+    )
+    result = subprocess.run([runuser, "-u", "nobody", "--", "env", "HOME=/tmp", str(system_python),
+                             "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    uid, ready = result.stdout.split()
+    assert uid != "0" and ready == "0"
