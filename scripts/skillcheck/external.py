@@ -82,21 +82,56 @@ def run_mkdocs(root: Path) -> list[Finding]:
             return [Finding("mkdocs.yml", 1, 1, "EXT002", f"mkdocs build did not finish in {TIMEOUT_SECONDS} s")]
     if proc.returncode == 0:
         return []
+    return parse_mkdocs_output(root, config, proc.stderr + proc.stdout) or [
+        Finding("mkdocs.yml", 1, 1, "EXT002",
+                f"mkdocs build --strict failed: {((proc.stderr or proc.stdout).strip().splitlines() or [f'exit {proc.returncode}'])[-1]}")]
+
+
+_DOC_LINK_RE = re.compile(r"Doc file '([^']+)' contains (?:a|an unrecognized) (?:relative )?link '([^']+)'")
+
+
+def _locate(root: Path, docs_dir: str, doc: str) -> str | None:
+    for candidate in (f"{docs_dir}/{doc}", doc):
+        if (root / candidate).is_file():
+            return candidate
+    return None
+
+
+def _line_of(root: Path, rel: str, needle: str) -> int:
+    try:
+        for i, line in enumerate((root / rel).read_text(encoding="utf-8").splitlines(), 1):
+            if needle in line:
+                return i
+    except (OSError, UnicodeDecodeError):
+        pass
+    return 1
+
+
+def parse_mkdocs_output(root: Path, config: Path, output: str) -> list[Finding]:
+    """WARNING/ERROR lines (with their indented continuation lines) as findings, placed on a file where possible."""
+    docs_dir = _docs_dir(config)
+    messages: list[str] = []
+    for line in output.splitlines():
+        if re.match(r"^\s*(WARNING|ERROR)\b", line):
+            messages.append(re.sub(r"\s+", " ", line.strip()))
+        elif messages and re.match(r"^\s+-\s+\S", line):
+            messages[-1] += " " + line.strip()
     out = []
-    for line in (proc.stderr + proc.stdout).splitlines():
-        if not re.match(r"^\s*(WARNING|ERROR)\b", line) and "Aborted" not in line:
-            continue
-        if "Aborted with" in line:
-            continue
-        m = _MKDOCS_FILE_RE.search(line)
-        path = m.group(1) if m else "mkdocs.yml"
-        if m and not (root / path).exists():
-            docs_dir = _docs_dir(config)
-            path = f"{docs_dir}/{path}" if docs_dir else path
-        out.append(Finding(path, 1, 1, "EXT002", re.sub(r"\s+", " ", line.strip())))
-    if not out:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        out.append(Finding("mkdocs.yml", 1, 1, "EXT002", f"mkdocs build --strict failed: {tail[0]}"))
+    for msg in messages:
+        path, lineno = "mkdocs.yml", 1
+        m = _DOC_LINK_RE.search(msg)
+        if m:
+            found = _locate(root, docs_dir, m.group(1))
+            if found:
+                path, lineno = found, _line_of(root, found, f"]({m.group(2)}")
+        elif "'nav' configuration" in msg or "not included in the \"nav\"" in msg:
+            path, lineno = "mkdocs.yml", 1
+        else:
+            q = _MKDOCS_FILE_RE.search(msg)
+            found = _locate(root, docs_dir, q.group(1)) if q else None
+            if found:
+                path = found
+        out.append(Finding(path, lineno, 1, "EXT002", msg))
     return out
 
 

@@ -100,3 +100,22 @@ def test_full_validate_with_external_tools(pack):
     (pack / "mkdocs.yml").write_text("site_name: Mini\ndocs_dir: site_docs\n", encoding="utf-8")
     make_pack(pack)  # regenerate the manifest
     assert codes(pack, external=True) == []
+
+
+def test_mkdocs_output_is_placed_on_files(pack):
+    from skillcheck.external import parse_mkdocs_output
+
+    (pack / "mkdocs.yml").write_text("site_name: Mini\ndocs_dir: site_docs\n", encoding="utf-8")
+    (pack / "site_docs").mkdir()
+    (pack / "site_docs" / "index.md").write_text("# Home\n\nText.\n\nSee [x](references/gone.md).\n", encoding="utf-8")
+    output = (  # as printed by mkdocs 1.6.1 --strict
+        "INFO    -  Cleaning site directory\n"
+        "WARNING -  The following pages exist in the docs directory, but are not included in the \"nav\" configuration:\n"
+        "  - extra/README.md\n"
+        "WARNING -  A reference to 'references/gone.md' is included in the 'nav' configuration, which is not found in the documentation files.\n"
+        "WARNING -  Doc file 'index.md' contains a link 'references/gone.md', but the target is not found among documentation files.\n"
+        "\nAborted with 3 warnings in strict mode!\n")
+    found = parse_mkdocs_output(pack, pack / "mkdocs.yml", output)
+    assert [(f.path, f.line, f.code) for f in found] == [
+        ("mkdocs.yml", 1, "EXT002"), ("mkdocs.yml", 1, "EXT002"), ("site_docs/index.md", 5, "EXT002")]
+    assert "extra/README.md" in found[0].message

@@ -188,6 +188,14 @@ MUTATIONS = {
     "MD002": lambda r: new_file(r, "references/zz-untitled.md", "Some text without a title.\n"),
     "PACK002": lambda r: new_file(r, "references/zz-bytes.md", b"# Bytes\n\n\xff\xfe\n"),
     "EX001": lambda r: new_file(r, "examples/zz_nodoc.py", "X = 1\n"),
+    "EXC003": lambda r: new_file(r, "examples/zz_region.py",
+                                 '"""Region."""\n# --8<-- [start:r]\nX = 1\n# --8<-- [end:r]\n') and
+    block(r, "X = 2", before="<!-- excerpt: examples/zz_region.py#r -->"),
+    "FM001": lambda r: front_matter_line(r, "broken: [yaml"),
+    "FM006": lambda r: append(r, "SKILL.md", "\n".join(f"Line {i}." for i in range(500))),
+    "FM007": lambda r: front_matter_line(r, "compatibility: " + "x" * 600),
+    "IMP002": lambda r: new_file(r, "examples/zz_thread.py",
+                                 '"""Thread."""\nimport threading, time\nthreading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n'),
     "IMP001": lambda r: new_file(r, "examples/zz_noisy.py", '"""Noisy."""\nprint("imported")\n'),
     "IMP004": lambda r: new_file(r, "examples/zz_raises.py", '"""Raises."""\nraise RuntimeError("at import")\n'),
 }
