@@ -136,6 +136,14 @@ def parse(path: str, text: str) -> Document:
             current = None
             i = j + 1
             continue
+        if raw.lstrip().startswith("<!--") and "-->" not in raw:
+            # A multi-line HTML comment: not prose, not an opt-out (those are one line).
+            while i < len(lines) and "-->" not in lines[i]:
+                i += 1
+            current = None
+            pending_comments = []
+            i += 1
+            continue
         cm = COMMENT_LINE_RE.match(raw)
         if cm:
             pending_comments.append((lineno, cm.group("body").strip()))

@@ -102,3 +102,9 @@ def test_prose_corrections_are_not_flagged(text):
 def test_prose_rule_reports_the_right_line():
     findings = check_text([(10, 0, "First line is fine."), (11, 0, "Then enable Photon.")], "x.md")
     assert [(f.code, f.line) for f in findings] == [("PROSE001", 11)]
+
+
+def test_multiline_html_comment_is_not_prose():
+    doc = parse("x.md", "# T\n\n<!--\nEnable Photon [x](gone.md)\n-->\n\nReal text.\n")
+    assert [l for p in doc.paragraphs for _, l in p.lines] == ["# T", "Real text."]
+    assert doc.links == []
