@@ -7,7 +7,7 @@ scheduled, through ``query.exception()``. Both arrive wrapped: a query that
 dies carries ``[STREAM_FAILED]`` around the real cause. The helpers here dig
 out the innermost meaningful error class so tests and docs can name it::
 
-    outcome = run_and_classify(lambda: writer.start(), feed=lambda: source.add(rows),
+    outcome = run_and_classify(lambda: writer.start(), feed=lambda q: source.add(rows),
                                until=lambda: len(read_rows(out)) >= 3, timeout=30)
     outcome.status        # "accepted" or "rejected"
     outcome.error_class   # e.g. "STREAMING_REAL_TIME_MODE.OUTPUT_MODE_NOT_SUPPORTED"
@@ -101,7 +101,7 @@ class Outcome:
 
 def _rejected(exc: BaseException, stage: str) -> Outcome:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return Outcome("rejected", error_class(exc), stage, type(exc).__name__, message[:500])
+    return Outcome("rejected", error_class(exc), stage, type(exc).__name__, message[:2000])
 
 
 def run_and_classify(

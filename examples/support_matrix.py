@@ -366,6 +366,7 @@ class MatrixRow:
     shuffle_partitions: int | None = None
     settle_seconds: float = 6.0  # rows without an output check: how long to watch
     note: str = ""
+    message_contains: str = ""  # a rejection's message must mention this (e.g. a conf name)
 
 
 _K_UPPER = [(0, "A"), (1, "B"), (2, "A"), (3, "C"), (4, "B"), (5, "A")]
@@ -410,7 +411,8 @@ ROWS: tuple[MatrixRow, ...] = (
     MatrixRow("stream-stream join", "operator", _stream_stream_join, _ALLOWLIST,
               "inner joins only, with extra configuration, on newer runtimes", citation=DOCS_SETUP),
     MatrixRow("Python UDF (`udf`)", "operator", _python_udf, _ALLOWLIST,
-              "supported with limitations"),
+              "supported with limitations",
+              message_contains="spark.sql.streaming.realTimeMode.allowlistCheck"),
     MatrixRow("pandas UDF (`pandas_udf`)", "operator", _pandas_udf, _ALLOWLIST,
               "Python UDFs supported with limitations"),
     MatrixRow("`mapInPandas`", "operator", _map_in_pandas, _ALLOWLIST, "not supported"),
@@ -425,7 +427,8 @@ ROWS: tuple[MatrixRow, ...] = (
     # sinks
     MatrixRow("`foreach` sink", "sink", _filter, ACCEPTED, "supported",
               reduce=ids, want=[0, 2, 4], note="every accepted row here uses it"),
-    MatrixRow("`foreachBatch` sink", "sink", _foreach_batch, _ALLOWLIST, "not supported"),
+    MatrixRow("`foreachBatch` sink", "sink", _foreach_batch, _ALLOWLIST, "not supported",
+              message_contains="spark.sql.streaming.realTimeMode.allowlistCheck"),
     MatrixRow("console sink", "sink", _console, ACCEPTED, "not listed",
               note="accepted = still running with no error after the input was added"),
     MatrixRow("memory sink (`format(\"memory\")`)", "sink", _memory, _ALLOWLIST, "not listed"),
@@ -446,7 +449,8 @@ ROWS: tuple[MatrixRow, ...] = (
               "any duration; docs use `\"5 minutes\"`", citation=DOCS_SETUP,
               reduce=id_pairs("K"), want=_K_UPPER),
     MatrixRow("`trigger(realTime=\"4 seconds\")`", "trigger", _trigger_4s,
-              "INVALID_STREAMING_REAL_TIME_MODE_TRIGGER_INTERVAL", "not documented", citation=DOCS_SETUP),
+              "INVALID_STREAMING_REAL_TIME_MODE_TRIGGER_INTERVAL", "not documented", citation=DOCS_SETUP,
+              message_contains="spark.sql.streaming.realTimeMode.minBatchDuration"),
     MatrixRow("`trigger(realTime=True)`", "trigger", _trigger_true, "VALUE_NOT_NON_EMPTY_STR",
               "not valid: Python needs a duration string", citation=DOCS_SETUP),
     # sizing

@@ -45,6 +45,8 @@ def test_row_behaves_as_expected(spark, static, tmp_path, row):
     assert outcome.label == row.expected, (
         f"{row.name}: expected {row.expected}, got {outcome.label} "
         f"({outcome.stage}: {outcome.exception_type}: {outcome.message})")
+    if row.message_contains:
+        assert row.message_contains in outcome.message, outcome.message
     if row.expected == sm.ACCEPTED and row.reduce is not None:
         assert outcome.details["output"] == row.want
     # Nothing may keep running after a row.
