@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "foreach_latency.json"
@@ -230,23 +230,43 @@ def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path,
     return result
 
 
-def child_main(group: dict[str, Any], seconds: float, warmup: float = 5.0) -> None:
-    """Run one group's cases in this process and print ``RESULT <json>`` per case."""
-    sys.path.insert(0, str(ROOT))
+def run_group_here(group: dict[str, Any], seconds: float, warmup: float = 5.0,
+                   emit: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run one group's cases in this process; return the results (``emit`` sees each one).
+
+    If a SparkSession is already active (``--in-process``, e.g. inside the
+    test suite) it is reused and left running; only groups without
+    session-level settings can run that way.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from pyspark.sql import SparkSession
+
+    results: list[dict[str, Any]] = []
+    emit = emit or (lambda _result: None)
     workdir = Path(tempfile.mkdtemp(prefix="foreach-latency-"))
     try:
         extra = dict(group.get("conf", {}))
+        active = SparkSession.getActiveSession()
+        if active is not None and (extra or group.get("jvm_writer")):
+            raise ValueError(f"group {group['group']} needs its own session; run it in a child process")
         if group.get("jvm_writer"):
             classes = _compile_jvm_writer(workdir)
             if classes is None:
                 for spec in group["cases"]:
-                    print("RESULT " + json.dumps({**spec, "skipped": "no javac"}), flush=True)
-                return
+                    results.append({**spec, "group": group["group"], "conf": {},
+                                    "skipped": "no javac"})
+                    emit(results[-1])
+                return results
             extra["spark.driver.extraClassPath"] = str(classes)
-        from examples.rtm_lab import build_session
+        if active is not None:
+            spark, owned = active, False
+        else:
+            from examples.rtm_lab import build_session
 
-        spark = build_session(cores=CORES, shuffle_partitions=1,
-                              app_name=f"foreach-latency-{group['group']}", extra_conf=extra)
+            spark = build_session(cores=CORES, shuffle_partitions=1,
+                                  app_name=f"foreach-latency-{group['group']}", extra_conf=extra)
+            owned = True
         try:
             for spec in group["cases"]:
                 _log(f"case {spec['name']}: {spec['mode']} trigger={spec['trigger']} "
@@ -260,11 +280,20 @@ def child_main(group: dict[str, Any], seconds: float, warmup: float = 5.0) -> No
                 leg = result.get("report", {}).get("source_to_sink", {})
                 _log(f"  -> {result.get('rows_recorded', 0)} rows, source→sink p50 "
                      f"{leg.get('p50', '-')} ms, max {leg.get('max', '-')} ms")
-                print("RESULT " + json.dumps(result), flush=True)
+                results.append(result)
+                emit(result)
         finally:
-            spark.stop()
+            if owned:
+                spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+def child_main(group: dict[str, Any], seconds: float, warmup: float = 5.0) -> None:
+    """Child-process entry: run one group and print ``RESULT <json>`` per case."""
+    run_group_here(group, seconds, warmup,
+                   emit=lambda result: print("RESULT " + json.dumps(result), flush=True))
 
 
 # --------------------------------------------------------------- parent side
@@ -312,10 +341,10 @@ def run_group(group: dict[str, Any], seconds: float, timeout: float,
     return results
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(spark_master: str | None = None) -> dict[str, Any]:
     import pyspark
 
-    return {"cores": os.cpu_count(), "spark_master": f"local[{CORES}]",
+    return {"cores": os.cpu_count(), "spark_master": spark_master or f"local[{CORES}]",
             "python": platform.python_version(), "pyspark": pyspark.__version__,
             "system": f"{platform.system()} {platform.machine()}"}
 
@@ -385,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the results table in benchmarks/README.md")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run in this process, reusing an active SparkSession (tests)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 12.0)
@@ -402,15 +433,25 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"session '{group['group']}' conf={group.get('conf', {})}")
         timeout = 60 + len(group["cases"]) * (seconds + 60)
         try:
-            cases.extend(run_group(group, seconds, timeout, warmup))
+            if args.in_process:
+                cases.extend(run_group_here(group, seconds, warmup))
+            else:
+                cases.extend(run_group(group, seconds, timeout, warmup))
         except Exception as exc:
             _log(f"session '{group['group']}' failed: {exc}")
             cases.extend({**spec, "group": group["group"], "conf": group.get("conf", {}),
                           "error": str(exc)[:500]} for spec in group["cases"]
                          if spec["name"] not in {c["name"] for c in cases})
+    master = None
+    if args.in_process:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        master = active.sparkContext.master if active is not None else None
     results = {"benchmark": "foreach_latency",
                "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
-               "quick": args.quick, "seconds": seconds, "machine": machine_info(),
+               "quick": args.quick, "seconds": seconds, "warmup_s": warmup,
+               "machine": machine_info(master),
                "percentile_method": "nearest-rank", "cases": cases}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

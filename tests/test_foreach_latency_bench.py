@@ -2,8 +2,6 @@
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,24 +40,31 @@ def check_shape(results):
 
 
 @pytest.mark.spark
-@pytest.mark.slow
-def test_quick_run_writes_results_json(tmp_path):
+def test_quick_run_writes_results_json(spark, tmp_path, capsys):
+    """``--quick`` through the script's own CLI, in this process, on the shared session."""
     out = tmp_path / "quick.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--seconds", "2", "--warmup", "1",
-         "--output", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    bench = load_bench()
+    assert bench.main(["--quick", "--in-process", "--seconds", "2", "--warmup", "1",
+                       "--output", str(out)]) == 0
     results = json.loads(out.read_text())
     check_shape(results)
     assert results["quick"] is True
+    assert results["machine"]["spark_master"] == spark.sparkContext.master
     names = [c["name"] for c in results["cases"]]
     assert names == ["rtm-5s-50", "microbatch-50"]
     for case in results["cases"]:
         assert "error" not in case, case
         assert case["rows_sent"] > 0
         assert case["rows_recorded"] == case["rows_sent"], case
-    assert "e2e p50" in proc.stdout  # the printed table
+    assert "e2e p50" in capsys.readouterr().out  # the printed table
+    assert not spark.streams.active  # every query it started was stopped
+
+
+def test_session_settings_need_a_child_process(spark):
+    bench = load_bench()
+    group = {"group": "buffer-1k", "conf": {"spark.buffer.size": "1024"}, "cases": []}
+    with pytest.raises(ValueError, match="own session"):
+        bench.run_group_here(group, 1.0)
 
 
 def test_committed_results_have_the_expected_shape():
