@@ -27,6 +27,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Mapping, Sequence
 
 import psycopg
@@ -157,7 +158,7 @@ class PostgresForeachWriter:
     __str__ = __repr__
 
     def _reset_runtime(self) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # guards buffer + connection; never taken twice
         self._cond = threading.Condition(self._lock)
         self._conn: psycopg.Connection | None = None
         self._timer: threading.Thread | None = None
@@ -168,8 +169,9 @@ class PostgresForeachWriter:
         self._table_columns: dict[str, ColumnInfo] | None = None
         self._key_columns: tuple[str, ...] = self.settings.key_columns
         self._columns: tuple[str, ...] | None = None
-        self._statement: sql.Composed | None = None
-        self._row_layout: tuple | None = None
+        self._statement: sql.Composed | bytes | None = None
+        self._to_values = None  # row → tuple in column order, set on the first row
+        self._key_of = None  # values → key (a scalar for one key column, else a tuple)
         self._key_idx: tuple[int, ...] = ()
         self._version_idx: int | None = None
         self.partition_id: int | None = None
@@ -197,24 +199,24 @@ class PostgresForeachWriter:
     def process(self, row: Any) -> None:
         """Buffer one row (deduplicated by key); flush when ``max_batch_rows`` keys are buffered."""
         with self._lock:
-            self._raise_pending()
-            values = self._extract(row)
+            if self._error is not None:
+                raise self._error
+            to_values = self._to_values or self._prepare_layout(row)
+            try:
+                values = to_values(row)
+            except (KeyError, IndexError, TypeError) as exc:
+                raise BadRowError(f"row does not have the sink's columns {list(self._columns or ())}: "
+                                  f"{type(exc).__name__}: {exc}") from None
             self.metrics.rows_received += 1
             buffer = self._buffer
-            if isinstance(buffer, list):
+            if self._key_of is None:  # append
                 buffer.append(values)
             else:
-                key = tuple(values[i] for i in self._key_idx)
-                if any(part is None for part in key):
-                    raise BadRowError(
-                        f"row rejected: key column(s) {self._key_desc()} are null "
-                        f"(row {self._row_desc(values)}); nothing of this batch was written",
-                        key=dict(zip(self._key_columns, key)),
-                        column=next(c for c, v in zip(self._key_columns, key) if v is None))
-                previous = buffer.get(key)
-                if previous is None:
-                    buffer[key] = values
-                else:
+                key = self._key_of(values)
+                if key is None or (len(self._key_idx) > 1 and None in key):
+                    raise self._null_key(values)
+                previous = buffer.setdefault(key, values)
+                if previous is not values:
                     self.metrics.rows_deduplicated += 1
                     if self._keeps_new(previous, values):
                         buffer[key] = values
@@ -223,6 +225,13 @@ class PostgresForeachWriter:
                 self._cond.notify()
             if len(buffer) >= self.settings.max_batch_rows:
                 self._flush(by_timer=False)
+
+    def _null_key(self, values: tuple) -> BadRowError:
+        key = {k: values[i] for k, i in zip(self._key_columns, self._key_idx)}
+        return BadRowError(
+            f"row rejected: key column(s) {self._key_desc()} are null (row {self._row_desc(values)}); "
+            "nothing of this batch was written",
+            key=key, column=next(k for k, v in key.items() if v is None))
 
     def close(self, error: BaseException | None) -> None:
         """Flush and commit on success; on error discard the buffer (the epoch will be replayed)."""
@@ -258,22 +267,7 @@ class PostgresForeachWriter:
             return False
         return old_v is None or new_v > old_v
 
-    def _extract(self, row: Any) -> tuple:
-        layout = self._row_layout
-        if layout is None:
-            layout = self._prepare_layout(row)
-        kind, index = layout
-        try:
-            if kind == "same":
-                return tuple(row)
-            if kind == "index":
-                return tuple(row[i] for i in index)
-            return tuple(row[c] for c in index)
-        except (KeyError, IndexError, TypeError) as exc:
-            raise BadRowError(f"row does not have the sink's columns {list(self._columns or ())}: "
-                              f"{type(exc).__name__}: {exc}") from None
-
-    def _prepare_layout(self, row: Any) -> tuple:
+    def _prepare_layout(self, row: Any):
         """On the first row: pick the columns, check them against the table, build the statement."""
         fields = getattr(row, "__fields__", None)
         if fields is None and isinstance(row, Mapping):
@@ -283,19 +277,24 @@ class PostgresForeachWriter:
             raise SinkError("rows are plain sequences: set columns=(…) in the sink settings")
         self._set_columns(tuple(columns))
         if isinstance(row, Mapping):
-            layout: tuple = ("key", tuple(columns))
+            picks: tuple = tuple(columns)
         elif fields is not None:
             missing = [c for c in columns if c not in fields]
             if missing:
                 raise SinkError(f"the rows have no field(s) {missing}; row fields: {list(fields)}")
-            index = tuple(list(fields).index(c) for c in columns)
-            layout = ("same", ()) if index == tuple(range(len(fields))) else ("index", index)
+            picks = tuple(list(fields).index(c) for c in columns)
         else:
             if len(row) != len(columns):
                 raise SinkError(f"row has {len(row)} values but columns has {len(columns)}")
-            layout = ("same", ())
-        self._row_layout = layout
-        return layout
+            picks = tuple(range(len(columns)))
+        if not isinstance(row, Mapping) and picks == tuple(range(len(row))):
+            to_values = tuple  # a Spark Row is a tuple already in column order
+        elif len(picks) == 1:
+            to_values = lambda r, _p=picks[0]: (r[_p],)  # noqa: E731
+        else:
+            to_values = itemgetter(*picks)
+        self._to_values = to_values
+        return to_values
 
     def _set_columns(self, columns: tuple[str, ...]) -> None:
         table_columns = self._table_columns or {}
@@ -316,7 +315,8 @@ class PostgresForeachWriter:
         if version and version not in columns:
             raise SinkError(f"version_column {version!r} is not among the written columns {list(columns)}")
         self._columns = columns
-        self._key_idx = tuple(columns.index(k) for k in self._key_columns)
+        self._key_idx = tuple(columns.index(k) for k in self._key_columns) if mode != "append" else ()
+        self._key_of = itemgetter(*self._key_idx) if self._key_idx else None
         self._version_idx = columns.index(version) if version else None
         target = table_identifier(self.settings.table, self.settings.schema)
         if mode == "upsert":
@@ -326,6 +326,8 @@ class PostgresForeachWriter:
             self._statement = insert_ignore_statement(target, columns, self._key_columns, table_columns)
         else:
             self._statement = copy_statement(target, columns)
+        if self._conn is not None:  # render once; the same bytes every flush let psycopg prepare it
+            self._statement = self._statement.as_bytes(self._conn)
 
     # -- connection ---------------------------------------------------------
     def _connect_and_describe(self) -> None:
@@ -404,12 +406,10 @@ class PostgresForeachWriter:
                                   stale=self._version_idx is not None, by_timer=by_timer)
 
     def _write(self, batch: list[tuple]) -> int:
-        """One transaction: the batch statement (or COPY); returns rows inserted or updated."""
+        """One statement (or one COPY) in autocommit: its own transaction, no BEGIN/COMMIT round trips."""
         if self._conn is None or self._conn.closed:
             self._connect_and_describe()
-        conn = self._conn
-        with conn.transaction():
-            return self._write_rows(conn, batch)
+        return self._write_rows(self._conn, batch)
 
     def _write_rows(self, conn: psycopg.Connection, batch: list[tuple]) -> int:
         if self.settings.mode == "append":
