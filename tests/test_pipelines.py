@@ -253,3 +253,40 @@ def test_expected_helpers_on_a_hand_example():
     assert P.expected_device_totals(rows) == {"d1": (3, 5.0, 1_500), "d2": (1, 2.5, 2_100)}
     updates = [{"k": "x", "events": 1}, {"k": "x", "events": 3}, {"k": "x", "events": 2}]
     assert P.latest_updates(updates, ("k",))[("x",)]["events"] == 3
+
+
+@pytest.mark.postgres
+def test_window_stats_upserted_to_postgres_with_a_count_version(spark, tmp_path, checkpoint,
+                                                                pg_dsn, pg_conn, table_name):
+    """The reference's recipe: group key as primary key, ``events`` as the version column."""
+    from psycopg import sql
+
+    from examples.lakebase_sink import PostgresForeachWriter, SinkSettings
+
+    pg_conn.execute(sql.SQL(
+        "CREATE TABLE {} (device_id text NOT NULL, window_start_ms bigint NOT NULL, "
+        "window_end_ms bigint NOT NULL, events bigint NOT NULL, value_sum double precision NOT NULL, "
+        "value_max double precision NOT NULL, PRIMARY KEY (device_id, window_start_ms))"
+    ).format(sql.Identifier(table_name)))
+    writer = PostgresForeachWriter(pg_dsn, SinkSettings(
+        table=table_name, mode="upsert", key_columns=("device_id", "window_start_ms"),
+        version_column="events"))
+    source = _source(spark)
+    query = P.start_real_time(P.windowed_device_stats(source.dataframe(), "1 second", "1 hour"),
+                              writer, checkpoint)
+    select = sql.SQL("SELECT device_id, window_start_ms, events, value_sum, value_max FROM {}").format(
+        sql.Identifier(table_name))
+
+    def table():
+        return {(d, w): (n, s, m) for d, w, n, s, m in pg_conn.execute(select).fetchall()}
+
+    try:
+        sent = feed(source, UpstreamSpec(rows_per_second=400, total_rows=600, duplicate_pct=10,
+                                         num_partitions=2, num_keys=4, seed=11, start_ms=T0))
+        expected = P.expected_window_stats(sent, 1000)
+        wait_all_input(query, len(sent))
+        wait_until(lambda: table() == expected, query, timeout=30, what="table equal to expected")
+    finally:
+        query.stop()
+    # One row per (device, window) holding the final totals, although 600 updates were emitted.
+    assert table() == expected
