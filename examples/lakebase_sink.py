@@ -26,6 +26,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Mapping, Sequence
@@ -158,10 +159,11 @@ class PostgresForeachWriter:
     __str__ = __repr__
 
     def _reset_runtime(self) -> None:
-        self._lock = threading.Lock()  # guards buffer + connection; never taken twice
+        self._lock = threading.Lock()  # guards the buffer, the queue and the metrics
         self._cond = threading.Condition(self._lock)
-        self._conn: psycopg.Connection | None = None
-        self._timer: threading.Thread | None = None
+        self._conn: psycopg.Connection | None = None  # used by the flusher thread only, after open()
+        self._flusher: threading.Thread | None = None
+        self._sealed: deque[tuple[list[tuple], bool]] = deque()  # batches waiting or being written
         self._closing = False
         self._error: BaseException | None = None
         self._buffer: dict[tuple, tuple] | list[tuple] = [] if self.settings.mode == "append" else {}
@@ -180,7 +182,7 @@ class PostgresForeachWriter:
 
     # -- the foreach contract ---------------------------------------------
     def open(self, partition_id: int, epoch_id: int) -> bool:
-        """Connect (with retries), read the table's column types, start the dwell timer.
+        """Connect (with retries), read the table's column types, start the flusher thread.
 
         Raises on failure: returning False would make Spark drop this
         partition's rows without an error.
@@ -190,10 +192,9 @@ class PostgresForeachWriter:
         self._reset_runtime()
         self.partition_id, self.epoch_id = partition_id, epoch_id
         self._with_retries(self._connect_and_describe, "open")
-        if self.settings.max_dwell_ms > 0:
-            self._timer = threading.Thread(target=self._timer_loop, daemon=True,
-                                           name=f"pg-sink-dwell-p{partition_id}")
-            self._timer.start()
+        self._flusher = threading.Thread(target=self._flusher_loop, daemon=True,
+                                         name=f"pg-sink-flusher-p{partition_id}")
+        self._flusher.start()
         return True
 
     def process(self, row: Any) -> None:
@@ -222,9 +223,14 @@ class PostgresForeachWriter:
                         buffer[key] = values
             if self._oldest is None:
                 self._oldest = time.monotonic()
-                self._cond.notify()
+                self._cond.notify_all()
             if len(buffer) >= self.settings.max_batch_rows:
-                self._flush(by_timer=False)
+                self._seal(by_timer=False)
+                # Back-pressure: at most one batch waits while another is being written.
+                while len(self._sealed) > 1 and self._error is None:
+                    self._cond.wait()
+                if self._error is not None:
+                    raise self._error
 
     def _null_key(self, values: tuple) -> BadRowError:
         key = {k: values[i] for k, i in zip(self._key_columns, self._key_idx)}
@@ -234,21 +240,29 @@ class PostgresForeachWriter:
             key=key, column=next(k for k, v in key.items() if v is None))
 
     def close(self, error: BaseException | None) -> None:
-        """Flush and commit on success; on error discard the buffer (the epoch will be replayed)."""
+        """On success write what is left and wait for it; on error discard what is not yet written."""
         pending = None
         try:
-            self._stop_timer()
-            with self._lock:
-                if error is None and self._error is None:
-                    if self._conn is not None or self._buffer:
-                        self._flush(by_timer=False)
-                elif error is None:
-                    pending = self._error
+            with self._cond:
+                if error is None and self._error is None and self._buffer:
+                    self._seal(by_timer=False)
+                if error is not None:
+                    while len(self._sealed) > 1:  # keep only the batch being written, if any
+                        self._sealed.pop()
+                    self._buffer.clear()
+                self._closing = True
+                self._cond.notify_all()
+            flusher, self._flusher = self._flusher, None
+            if flusher is not None and flusher is not threading.current_thread():
+                flusher.join()
+            if error is None:
+                pending = self._error
         finally:
             with self._lock:
                 self._buffer.clear()
+                self._sealed.clear()
                 self._oldest = None
-                self._close_connection()
+            self._close_connection()
             log.info("postgres sink closed (partition=%s epoch=%s error=%s): %s", self.partition_id,
                      self.epoch_id, type(error).__name__ if error else None, self.metrics.snapshot())
         if pending is not None:
@@ -385,25 +399,65 @@ class PostgresForeachWriter:
                     self.metrics.reconnects += 1
 
     # -- flushing -----------------------------------------------------------
-    def _flush(self, by_timer: bool) -> None:
-        """Write the buffer in one transaction (retrying transient failures), then clear it."""
+    def _seal(self, by_timer: bool) -> None:
+        """Move the buffer to the flusher's queue (caller holds the lock)."""
         buffer = self._buffer
         batch = list(buffer) if isinstance(buffer, list) else list(buffer.values())
-        if not batch:
-            self._oldest = None
-            return
-        started = time.perf_counter()
+        buffer.clear()
+        self._oldest = None
+        if batch:
+            self._sealed.append((batch, by_timer))
+            self._cond.notify_all()
+
+    def _flusher_loop(self) -> None:
+        """The one thread that writes: queued batches in order, and the buffer once it is too old.
+
+        Errors are kept in ``self._error`` and raised by the next ``process()``
+        or by ``close()``; after an error nothing more is written.
+        """
+        dwell = self.settings.max_dwell_ms / 1000
+        with self._cond:
+            while self._error is None:
+                if not self._sealed:
+                    if self._buffer and dwell and time.monotonic() >= self._oldest + dwell:
+                        self._seal(by_timer=True)
+                        continue
+                    if self._closing:
+                        return
+                    timeout = None
+                    if self._buffer and dwell:
+                        timeout = self._oldest + dwell - time.monotonic()
+                    self._cond.wait(timeout)
+                    continue
+                batch, by_timer = self._sealed[0]
+                self._cond.release()
+                try:
+                    started = time.perf_counter()
+                    written, error = self._flush_batch(batch), None
+                except BaseException as exc:  # noqa: BLE001 - handed to process()/close()
+                    error = exc
+                finally:
+                    self._cond.acquire()
+                if self._sealed and self._sealed[0][0] is batch:
+                    self._sealed.popleft()
+                if error is not None:
+                    self._error = error
+                    log.error("postgres sink: flush failed; raised by the next process() or close(): %s",
+                              self._redact(error))
+                else:
+                    skipped = len(batch) - written if self.settings.mode != "append" else 0
+                    self.metrics.record_flush((time.perf_counter() - started) * 1000, written, skipped,
+                                              stale=self._version_idx is not None, by_timer=by_timer)
+                self._cond.notify_all()
+
+    def _flush_batch(self, batch: list[tuple]) -> int:
+        """Write one batch (retrying transient failures); raise BadRowError/SinkError otherwise."""
         try:
-            written = self._with_retries(lambda: self._write(batch), "flush")
+            return self._with_retries(lambda: self._write(batch), "flush")
         except psycopg.Error as exc:
             if _is_row_error(exc):
                 raise self._diagnose(batch, exc) from exc
             raise SinkError(f"flush to {self._table_desc()} failed: {self._redact(exc)}") from None
-        buffer.clear()
-        self._oldest = None
-        skipped = len(batch) - written if self.settings.mode != "append" else 0
-        self.metrics.record_flush((time.perf_counter() - started) * 1000, written, skipped,
-                                  stale=self._version_idx is not None, by_timer=by_timer)
 
     def _write(self, batch: list[tuple]) -> int:
         """One statement (or one COPY) in autocommit: its own transaction, no BEGIN/COMMIT round trips."""
@@ -421,40 +475,6 @@ class PostgresForeachWriter:
         arrays = [list(column) for column in zip(*batch)]
         cur = conn.execute(self._statement, arrays)
         return max(cur.rowcount, 0)
-
-    # -- timer --------------------------------------------------------------
-    def _timer_loop(self) -> None:
-        dwell = self.settings.max_dwell_ms / 1000
-        with self._cond:
-            while not self._closing and self._error is None:
-                if self._oldest is None:
-                    self._cond.wait()
-                    continue
-                remaining = self._oldest + dwell - time.monotonic()
-                if remaining > 0:
-                    self._cond.wait(remaining)
-                    continue
-                try:
-                    self._flush(by_timer=True)
-                except BaseException as exc:  # kept, and raised by the next process()/close()
-                    self._error = exc
-                    log.error("postgres sink: timed flush failed; the error will be raised by the "
-                              "next process() or close(): %s", self._redact(exc))
-
-    def _stop_timer(self) -> None:
-        timer = self._timer
-        if timer is None:
-            return
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        if timer is not threading.current_thread():
-            timer.join()
-        self._timer = None
-
-    def _raise_pending(self) -> None:
-        if self._error is not None:
-            raise self._error
 
     # -- diagnostics ----------------------------------------------------------
     def _redact(self, exc: object) -> str:

@@ -123,7 +123,10 @@ def test_batch_size_flush_commits_before_close(pg_dsn, pg_conn, table_name):
     try:
         for i in range(12):
             w.process({"id": i, "version": 1, "name": "x"})
-        assert len(table_rows(pg_conn, table_name)) == 10  # two full flushes are committed
+        # Two full batches are written by the flusher thread without close(); the last 2 rows wait.
+        wait_for_count(pg_conn, table_name, 10, timeout=15)
+        time.sleep(0.3)
+        assert len(table_rows(pg_conn, table_name)) == 10
     finally:
         w.close(None)
     assert len(table_rows(pg_conn, table_name)) == 12
@@ -308,7 +311,7 @@ def test_writer_is_picklable_and_fresh_after_unpickling(pg_dsn, pg_conn, table_n
         clone = pickle.loads(pickle.dumps(w))  # even while open: the connection is not pickled
     finally:
         w.close(None)
-    assert clone._conn is None and clone._timer is None and clone.metrics.rows_received == 0
+    assert clone._conn is None and clone._flusher is None and clone.metrics.rows_received == 0
     run(clone, [{"id": 1, "version": 1, "name": "p"}])
     assert isinstance(psycopg.__version__, str)
     assert table_rows(pg_conn, table_name) == [(1, 1, "p")]

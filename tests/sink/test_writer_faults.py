@@ -116,8 +116,9 @@ def test_outage_longer_than_retries_fails_loudly_then_replay_converges(pg_server
         w.process(row)
     pg_server.stop()
     with pytest.raises(SinkConnectionError, match="after 2 attempts") as info:
-        for row in rows(15, 40):
+        for row in rows(15, 40):  # raised by a later process() or by close()
             w.process(row)
+        w.close(None)
     w.close(info.value)
     pg_server.start()
     # Spark replays the epoch: the same rows again, from the start.

@@ -1,0 +1,31 @@
+"""The sink benchmark script runs end to end at tiny sizes and every writer it times lands all its rows.
+
+Correctness of the script only: no speed is asserted (figures come from the
+script itself, see benchmarks/results/sink_benchmark.json). The Spark part is
+left out here because it starts its own 2-core session.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+
+def test_benchmark_quick_run_writes_every_row(pg_dsn, tmp_path):
+    from benchmarks.sink_benchmark import main
+
+    output = tmp_path / "result.json"
+    report = main(["--quick", "--no-spark", "--rows", "3000", "--batch", "500",
+                   "--dsn", pg_dsn, "--output", str(output)])
+    saved = json.loads(output.read_text())
+    assert saved["direct"] == report["direct"]
+    names = [r["name"] for r in report["direct"]]
+    assert names[0] == "raw COPY (ceiling)" and len(names) == 9
+    for result in report["direct"]:
+        assert result["rows_in_table"] == result["rows"], result  # every writer landed every row
+        assert result["rows_per_s"] > 0
+    assert report["direct"][0]["ratio_to_copy"] == 1.0
+    assert set(report["targets"]) >= {"upsert_vs_copy (target >= 0.45)", "append_vs_copy (target >= 0.85)"}
