@@ -117,7 +117,7 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
         with conn.cursor() as cur:
             for start in range(0, n_small, batch):
                 with conn.transaction():
-                    for row in rows[start:start + batch]:
+                    for row in rows[start:min(start + batch, n_small)]:
                         cur.execute(stmt, row)
 
     def commit_per_row() -> None:
