@@ -29,6 +29,12 @@ def _source(spark, partitions=2):
     return RealTimeMemorySource(spark, EVENT_SCHEMA_DDL, num_partitions=partitions)
 
 
+def _ms(iso: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def _progress_total(query, field="numInputRows"):
     return sum(p[field] for p in query.recentProgress)
 
@@ -114,6 +120,10 @@ def test_bounded_dedup_evicts_state_and_drops_late_retries(spark, tmp_path, chec
                                           num_keys=5, seed=3, start_ms=T0))
         wait_all_input(query, len(early))
         assert max(_state(query, "numRowsTotal")) == 300
+        # The watermark is fixed for a whole long batch: the batch that first saw these
+        # event times still ran with the watermark from before them.
+        first = next(p for p in query.recentProgress if p["numInputRows"] > 0)
+        assert _ms(first["eventTime"]["watermark"]) < T0
         # Newer events (10 minutes on) move the watermark; they trickle in until the
         # early ids' state is evicted at a batch end.
         later_spec = UpstreamSpec(rows_per_second=5, num_keys=5, seed=4, id_prefix="later",
