@@ -107,6 +107,8 @@ def test_dedup_emits_each_event_once(spark, tmp_path, checkpoint):
     expected = P.expected_dedup(sent)
     assert len(expected) == 640  # 20 % of 800 rows were retries
     assert Counter(r["event_id"] for r in rows) == Counter(expected.keys())
+    # The copy kept is the first one sent (a retry follows its original on the same partition).
+    assert {r["event_id"]: r["seq"] for r in rows} == {k: v["seq"] for k, v in expected.items()}
     # Without a watermark the state holds every id seen, for ever.
     assert state_rows == 640
 
