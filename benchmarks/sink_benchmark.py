@@ -288,6 +288,7 @@ def rtm_run(spark, total: int, chunk: int, pause: float, sink: str, dsn: str, ta
 
 def bench_spark(dsn: str, quick: bool, workdir: Path) -> dict[str, Any]:
     import psycopg
+    from psycopg import sql
 
     from examples.rtm_lab import build_session
 
@@ -301,12 +302,13 @@ def bench_spark(dsn: str, quick: bool, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"micro_batch": [], "real_time": []}
     try:
         per_batch = 20_000 if quick else 100_000
-        for sink, rate, trigger in (("noop", None, None), ("postgres", None, None),
-                                    ("postgres", 50_000, "1 second")):
-            reset_table(conn, "bench_rate")
+        for run_no, (sink, rate, trigger) in enumerate((("noop", None, None), ("postgres", None, None),
+                                                        ("postgres", 50_000, "1 second"))):
+            table = f"bench_rate_{run_no}"  # own table: a stopped query's last task may still flush
+            reset_table(conn, table)
             label = f"rate -> {sink} ({'max' if rate is None else f'{rate:,}/s offered, 1 s trigger'})"
             say(f"  {label} for {seconds} s ...")
-            result = rate_run(spark, seconds, rate, sink, dsn, "bench_rate",
+            result = rate_run(spark, seconds, rate, sink, dsn, table,
                               str(workdir / f"ck-rate-{sink}-{rate}"), trigger, per_batch)
             say(f"    {result['rows_per_s'] or 0:>11,} rows/s over {result['batches']} batches; "
                 f"batch rows {result['batch_rows_first_half_avg']} -> {result['batch_rows_second_half_avg']}, "
@@ -327,6 +329,8 @@ def bench_spark(dsn: str, quick: bool, workdir: Path) -> dict[str, Any]:
         for q in spark.streams.active:
             q.stop()
         spark.stop()
+        for table in ("bench_rate_0", "bench_rate_1", "bench_rate_2", "bench_rtm"):
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
         conn.close()
     mb = {r["sink"] + ("" if r["trigger"] == "as fast as possible" else "_steady"): r for r in out["micro_batch"]}
     if mb.get("noop", {}).get("rows_per_s") and mb.get("postgres", {}).get("rows_per_s"):
@@ -335,6 +339,46 @@ def bench_spark(dsn: str, quick: bool, workdir: Path) -> dict[str, Any]:
     if rt.get("noop", {}).get("rows_per_s"):
         out["real_time_sink_to_noop"] = round(rt["postgres"]["rows_per_s"] / rt["noop"]["rows_per_s"], 3)
     return out
+
+
+# ------------------------------------------------------------- reporting --
+REFERENCE = ROOT / "references" / "lakebase-sink-python.md"
+START, END = "<!-- sink_benchmark:start -->", "<!-- sink_benchmark:end -->"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The figures table for the reference (between its sink_benchmark markers)."""
+    lines = ["| writer (one connection, commit every "
+             f"{report['args']['batch']:,} rows) | rows | rows/s | × raw `COPY` |",
+             "| --- | ---: | ---: | ---: |"]
+    for r in report["direct"]:
+        lines.append(f"| {r['name']} | {r['rows']:,} | {r['rows_per_s']:,} | {r['ratio_to_copy']:.2f} |")
+    spark = report.get("spark")
+    if spark:
+        lines += ["", "| Spark pipeline on `local[2]` | rows/s | notes |", "| --- | ---: | --- |"]
+        for r in spark["micro_batch"]:
+            what = "max" if r["offered_rows_per_s"] is None else f"{r['offered_rows_per_s']:,}/s offered, 1 s trigger"
+            sink = "`noop` sink" if r["sink"] == "noop" else "sink, upsert"
+            steady = r["offered_rows_per_s"] is not None
+            rate = r["sustained_rows_per_s"] if steady else r["rows_per_s"]
+            how = "sustained over the run" if steady else "rows ÷ batch time"
+            lines.append(f"| micro-batch, {r['source'].split(' ')[0]} → {sink} ({what}) | "
+                         f"{rate or 0:,} | {how}; {r['batches']} batches; rows per batch "
+                         f"{r['batch_rows_first_half_avg'] or 0:,} (first half) then "
+                         f"{r['batch_rows_second_half_avg'] or 0:,}; longest batch {r['max_batch_ms']} ms |")
+        for r in spark["real_time"]:
+            sink = "no-op `foreach`" if r["sink"] == "noop" else "sink, upsert"
+            lines.append(f"| real-time, lab source → {sink} | {r['rows_per_s']:,} | {r['rows']:,} rows; all "
+                         f"written {r['seconds_to_all_rows']} s after the first add "
+                         f"(feeding took {r['feed_seconds']} s) |")
+    return "\n".join(lines)
+
+
+def update_reference(report: dict[str, Any], path: Path = REFERENCE) -> None:
+    text = path.read_text()
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{START}\n\n{render_markdown(report)}\n\n{END}{tail}")
 
 
 # ------------------------------------------------------------------ main --
@@ -367,6 +411,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-spark", action="store_true", help="skip part 2")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $PG_DSN or a throwaway server)")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT), help="where to write the JSON results")
+    parser.add_argument("--update-reference", action="store_true",
+                        help="also rewrite the figures table in references/lakebase-sink-python.md")
     args = parser.parse_args(argv)
     rows = args.rows or (5_000 if args.quick else 200_000)
 
@@ -403,6 +449,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     say(f"wrote {output}")
+    if args.update_reference:
+        update_reference(report)
+        say(f"updated {REFERENCE.relative_to(ROOT)}")
     return report
 
 
