@@ -371,7 +371,36 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| real-time, lab source → {sink} | {r['rows_per_s']:,} | {r['rows']:,} rows; all "
                          f"written {r['seconds_to_all_rows']} s after the first add "
                          f"(feeding took {r['feed_seconds']} s) |")
+    lines += ["", targets_sentence(report)]
     return "\n".join(lines)
+
+
+def targets_sentence(report: dict[str, Any]) -> str:
+    """One paragraph: each target, the figure reached, met or not."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    by_name = {r["name"]: r for r in report["direct"]}
+    append = by_name["sink append (COPY)"]["ratio_to_copy"]
+    upsert = by_name["sink upsert, new keys (unnest)"]["ratio_to_copy"]
+    parts = [f"append {append:.2f}× raw `COPY` (target 0.85×, {verdict(append >= 0.85)})",
+             f"upsert of new keys {upsert:.2f}× raw `COPY` (target 0.45×, {verdict(upsert >= 0.45)})"]
+    spark = report.get("spark")
+    if spark:
+        fast = [r for r in spark["micro_batch"] if r["sink"] == "postgres" and r["offered_rows_per_s"] is None]
+        steady = [r for r in spark["micro_batch"] if r["sink"] == "postgres" and r["offered_rows_per_s"]]
+        if fast and fast[0]["rows_per_s"]:
+            rate = fast[0]["rows_per_s"]
+            parts.append(f"micro-batch upserts {rate:,} rows/s (target 50,000, {verdict(rate >= 50_000)})")
+        if steady and steady[0]["batch_rows_second_half_avg"]:
+            s = steady[0]
+            growing = s["batch_rows_second_half_avg"] > 1.1 * s["batch_rows_first_half_avg"]
+            parts.append(f"at {s['offered_rows_per_s']:,} rows/s offered the batches "
+                         f"{'grew (a backlog)' if growing else 'did not grow (no backlog)'}")
+        ratio = spark.get("real_time_sink_to_noop")
+        if ratio is not None:
+            parts.append(f"real-time mode {ratio:.2f}× its no-op ceiling (target 0.8×, {verdict(ratio >= 0.8)})")
+    return "Targets in this run: " + "; ".join(parts) + "."
 
 
 def update_reference(report: dict[str, Any], path: Path = REFERENCE) -> None:

@@ -87,7 +87,7 @@ def check_connection_budget(capacity_units: float, sink_tasks: int, app_pool_max
                               max_connections(capacity_units))
     if budget.planned > budget.cap:
         raise ConnectionBudgetExceeded(
-            f"connection budget exceeded: {budget.describe()}. Lower the sink's partitions "
-            "(coalesce before foreach), shrink the app pools, or use a larger compute.")
+            f"connection budget exceeded: {budget.describe()}. Use fewer partitions in the stage "
+            "that writes, shrink the app pools, or use a larger compute.")
     return budget
 # --8<-- [end:check_connection_budget]

@@ -29,3 +29,14 @@ def test_benchmark_quick_run_writes_every_row(pg_dsn, tmp_path):
         assert result["rows_per_s"] > 0
     assert report["direct"][0]["ratio_to_copy"] == 1.0
     assert set(report["targets"]) >= {"upsert_vs_copy (target >= 0.45)", "append_vs_copy (target >= 0.85)"}
+
+
+def test_reference_figures_match_the_json_file():
+    from benchmarks.sink_benchmark import DEFAULT_OUTPUT, END, REFERENCE, START, render_markdown
+
+    report = json.loads(DEFAULT_OUTPUT.read_text())
+    text = REFERENCE.read_text()
+    region = text.split(START, 1)[1].split(END, 1)[0].strip()
+    assert region == render_markdown(report), (
+        "references/lakebase-sink-python.md is out of date: run "
+        "`.venv/bin/python benchmarks/sink_benchmark.py --update-reference`")
