@@ -9,12 +9,12 @@
 - modes ``"upsert"`` (``INSERT … ON CONFLICT DO UPDATE`` from unnest arrays,
   skipping no-op updates, optional version guard), ``"insert_ignore"``
   (``ON CONFLICT DO NOTHING``) and ``"append"`` (``COPY``);
-- rows are buffered, deduplicated by key, and flushed in one transaction when
-  ``max_batch_rows`` is reached or when the oldest buffered row has waited
-  ``max_dwell_ms`` — the latter from a background timer, so the tail is written
-  even when no new row arrives (under real-time mode ``close()`` only comes at
-  the end of a long batch). An error in the timer is raised by the next
-  ``process()`` or by ``close()``;
+- rows are buffered, deduplicated by key, and written as one statement (one
+  transaction) when ``max_batch_rows`` keys are buffered or when the oldest
+  buffered row has waited ``max_dwell_ms``. One flusher thread per writer does
+  all writing, in order, so the tail is written even when no new row arrives
+  (under real-time mode ``close()`` only comes at the end of a long batch). An
+  error in that thread is raised by the next ``process()`` or by ``close()``;
 - a bad row fails the flush with :class:`BadRowError` naming its key and
   column; nothing of that flush is written;
 - the password never shows in ``repr``, logs or error messages.
@@ -100,7 +100,7 @@ class SinkSettings:
         if self.max_batch_rows < 1:
             raise ValueError("max_batch_rows must be at least 1")
         if self.max_dwell_ms < 0:
-            raise ValueError("max_dwell_ms must not be negative (0 disables the timer)")
+            raise ValueError("max_dwell_ms must not be negative (0 disables time-based flushes)")
         if self.max_retries < 0 or self.backoff_initial_ms < 0 or self.backoff_max_ms < 0:
             raise ValueError("retry settings must not be negative")
 
