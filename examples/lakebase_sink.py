@@ -175,6 +175,8 @@ class PostgresForeachWriter:
         self._to_values = None  # row → tuple in column order, set on the first row
         self._key_of = None  # values → key (a scalar for one key column, else a tuple)
         self._key_idx: tuple[int, ...] = ()
+        self._composite_key = False
+        self._max_rows = self.settings.max_batch_rows
         self._version_idx: int | None = None
         self.partition_id: int | None = None
         self.epoch_id: int | None = None
@@ -210,11 +212,12 @@ class PostgresForeachWriter:
                                   f"{type(exc).__name__}: {exc}") from None
             self.metrics.rows_received += 1
             buffer = self._buffer
-            if self._key_of is None:  # append
+            key_of = self._key_of
+            if key_of is None:  # append
                 buffer.append(values)
             else:
-                key = self._key_of(values)
-                if key is None or (len(self._key_idx) > 1 and None in key):
+                key = key_of(values)
+                if key is None or (self._composite_key and None in key):
                     raise self._null_key(values)
                 previous = buffer.setdefault(key, values)
                 if previous is not values:
@@ -224,7 +227,7 @@ class PostgresForeachWriter:
             if self._oldest is None:
                 self._oldest = time.monotonic()
                 self._cond.notify_all()
-            if len(buffer) >= self.settings.max_batch_rows:
+            if len(buffer) >= self._max_rows:
                 self._seal(by_timer=False)
                 # Back-pressure: at most one batch waits while another is being written.
                 while len(self._sealed) > 1 and self._error is None:
@@ -331,6 +334,7 @@ class PostgresForeachWriter:
         self._columns = columns
         self._key_idx = tuple(columns.index(k) for k in self._key_columns) if mode != "append" else ()
         self._key_of = itemgetter(*self._key_idx) if self._key_idx else None
+        self._composite_key = len(self._key_idx) > 1
         self._version_idx = columns.index(version) if version else None
         target = table_identifier(self.settings.table, self.settings.schema)
         if mode == "upsert":
