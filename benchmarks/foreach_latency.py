@@ -44,6 +44,8 @@ DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "foreach_latency.json"
 README = ROOT / "benchmarks" / "README.md"
 README_START = "<!-- foreach_latency:start -->"
 README_END = "<!-- foreach_latency:end -->"
+#: Every document that embeds the results table between the markers above.
+TABLE_DOCUMENTS = (README, ROOT / "references" / "real-time-mode.md")
 
 #: Task slots for the benchmark session: one source partition, stateless query.
 CORES = 2
@@ -395,7 +397,7 @@ def text_table(results: dict[str, Any]) -> str:
 
 
 def update_readme(results: dict[str, Any], readme: Path = README) -> None:
-    """Replace the section between the README markers with the current table."""
+    """Replace the section between the markers in ``readme`` with the current table."""
     text = readme.read_text(encoding="utf-8")
     start, end = text.index(README_START), text.index(README_END)
     text = text[:start + len(README_START)] + "\n\n" + markdown_table(results) + "\n\n" + text[end:]
@@ -413,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="max seconds to wait for the warm-up row (default 5, quick 1)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--update-readme", action="store_true",
-                        help="rewrite the results table in benchmarks/README.md")
+                        help="rewrite the results table in benchmarks/README.md and "
+                             "references/real-time-mode.md")
     parser.add_argument("--in-process", action="store_true",
                         help="run in this process, reusing an active SparkSession (tests)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -458,8 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text_table(results))
     print(f"\nwrote {args.output}")
     if args.update_readme:
-        update_readme(results)
-        print(f"updated {README}")
+        for document in TABLE_DOCUMENTS:
+            update_readme(results, document)
+            print(f"updated {document}")
     return 0
 
 

@@ -71,12 +71,13 @@ def test_committed_results_have_the_expected_shape():
     check_shape(json.loads(RESULTS.read_text()))
 
 
-def test_readme_table_matches_the_results_json():
+@pytest.mark.parametrize("document", ["benchmarks/README.md", "references/real-time-mode.md"])
+def test_embedded_tables_match_the_results_json(document):
     bench = load_bench()
     results = json.loads(RESULTS.read_text())
-    text = README.read_text()
+    text = (ROOT / document).read_text()
     start = text.index(bench.README_START) + len(bench.README_START)
     end = text.index(bench.README_END)
     assert text[start:end].strip() == bench.markdown_table(results).strip(), (
-        "benchmarks/README.md is stale: run benchmarks/foreach_latency.py --update-readme "
+        f"{document} is stale: run benchmarks/foreach_latency.py --update-readme "
         "or regenerate the table from the JSON")
