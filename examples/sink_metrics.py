@@ -8,20 +8,17 @@ p50/p95/p99. ``snapshot()`` returns a plain dict for logs and tests.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
+
+from examples.latency_probe import percentile as nearest_rank
 
 
 def percentile(values: list[float], pct: float) -> float | None:
     """Nearest-rank percentile of ``values`` (``pct`` in 0..100); ``None`` when empty."""
     if not values:
         return None
-    if not 0 <= pct <= 100:
-        raise ValueError(f"pct must be within 0..100, got {pct}")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return nearest_rank(values, pct)
 
 
 @dataclass
