@@ -21,6 +21,14 @@ REFERENCE = ROOT / "references" / "real-time-mode.md"
 
 _observed: dict[str, dict] = {}
 
+#: Rejections whose message must also name the plan node or sink class that failed the
+#: allowlist. The lab session plans a plain `udf` as ArrowEvalPythonExec too.
+NODE_NAMED = {
+    "`foreachBatch` sink": ("ForeachBatchSink",),
+    "Python UDF (`udf`)": ("ArrowEvalPythonExec",),
+    "pandas UDF (`pandas_udf`)": ("ArrowEvalPythonExec",),
+}
+
 
 @pytest.fixture(scope="module")
 def static(spark):
@@ -47,6 +55,8 @@ def test_row_behaves_as_expected(spark, static, tmp_path, row):
         f"({outcome.stage}: {outcome.exception_type}: {outcome.message})")
     if row.message_contains:
         assert row.message_contains in outcome.message, outcome.message
+    if row.name in NODE_NAMED:
+        assert any(node in outcome.message for node in NODE_NAMED[row.name]), outcome.message
     if row.expected == sm.ACCEPTED and row.reduce is not None:
         assert outcome.details["output"] == row.want
     # Nothing may keep running after a row.
@@ -56,6 +66,7 @@ def test_row_behaves_as_expected(spark, static, tmp_path, row):
 def test_rows_are_well_formed():
     names = [r.name for r in sm.ROWS]
     assert len(names) == len(set(names))
+    assert set(NODE_NAMED) <= set(names)  # a renamed row must not silently drop its node check
     for row in sm.ROWS:
         assert row.category in {"operator", "sink", "source", "output mode", "trigger", "sizing"}
         assert row.citation.startswith("https://docs.databricks.com/"), row.name

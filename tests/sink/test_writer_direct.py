@@ -315,3 +315,45 @@ def test_writer_is_picklable_and_fresh_after_unpickling(pg_dsn, pg_conn, table_n
     run(clone, [{"id": 1, "version": 1, "name": "p"}])
     assert isinstance(psycopg.__version__, str)
     assert table_rows(pg_conn, table_name) == [(1, 1, "p")]
+
+
+def test_version_guard_with_null_versions(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name)
+    # Stored rows: id 1 has a null version, id 2 has version 5.
+    run(writer(pg_dsn, table_name, version_column="version"),
+        [{"id": 1, "version": None, "name": "null-v"}, {"id": 2, "version": 5, "name": "v5"}])
+    assert table_rows(pg_conn, table_name) == [(1, None, "null-v"), (2, 5, "v5")]
+    # A versioned row replaces a stored null version (t.v IS NULL); an incoming null version
+    # does not replace a stored version (t.v < NULL is not true); a new key with a null
+    # version is inserted.
+    run(writer(pg_dsn, table_name, version_column="version"),
+        [{"id": 1, "version": 3, "name": "v3"}, {"id": 2, "version": None, "name": "null-in"},
+         {"id": 3, "version": None, "name": "new-null"}])
+    assert table_rows(pg_conn, table_name) == [(1, 3, "v3"), (2, 5, "v5"), (3, None, "new-null")]
+    # The statement lets a null version replace a stored null version (t.v IS NULL holds).
+    run(writer(pg_dsn, table_name, version_column="version"), [{"id": 3, "version": None, "name": "null-again"}])
+    assert table_rows(pg_conn, table_name)[-1] == (3, None, "null-again")
+    # Inside one flush a null version never displaces a buffered row, and a versioned row
+    # displaces a buffered null one.
+    run(writer(pg_dsn, table_name, version_column="version"),
+        [{"id": 4, "version": 1, "name": "v1"}, {"id": 4, "version": None, "name": "null-after"},
+         {"id": 5, "version": None, "name": "null-first"}, {"id": 5, "version": 2, "name": "v2"}])
+    assert table_rows(pg_conn, table_name)[-2:] == [(4, 1, "v1"), (5, 2, "v2")]
+
+
+@pytest.mark.parametrize("mode", ["upsert", "insert_ignore"])
+def test_array_columns_are_refused_by_the_unnest_modes(pg_dsn, pg_conn, table_name, mode):
+    make_table(pg_conn, table_name, {"id": "bigint", "tags": "text[]"})
+    w = writer(pg_dsn, table_name, mode=mode)
+    w.open(0, 0)
+    with pytest.raises(SinkError, match=r"\['tags'\] are arrays") as info:
+        w.process({"id": 1, "tags": ["a", "b"]})
+    w.close(info.value)
+    assert not isinstance(info.value, BadRowError)
+    assert table_rows(pg_conn, table_name) == []
+
+
+def test_append_writes_array_columns(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name, {"id": "bigint", "tags": "text[]"}, key=())
+    run(writer(pg_dsn, table_name, mode="append"), [{"id": 1, "tags": ["a", "b"]}, {"id": 2, "tags": []}])
+    assert table_rows(pg_conn, table_name) == [(1, ["a", "b"]), (2, [])]
