@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-#: Exit codes: 0 all rows verified, 1 verification failed, 2 bad arguments/environment.
+#: Exit codes: 0 all rows verified, 1 the run failed or the table does not match, 2 bad arguments/environment.
 EXIT_OK, EXIT_MISMATCH, EXIT_ENV = 0, 1, 2
 
 
@@ -53,7 +53,6 @@ def demo_table_ddl(table: str):
     """The demo's target table: one row per event, with Postgres' own commit clock."""
     from psycopg import sql
 
-    # --8<-- [start:demo_table]
     return sql.SQL("""
         CREATE TABLE {table} (
             event_id   text PRIMARY KEY,
@@ -68,7 +67,6 @@ def demo_table_ddl(table: str):
                 DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
         ) WITH (fillfactor = 90)
     """).format(table=sql.Identifier(table))
-    # --8<-- [end:demo_table]
 
 
 def build_pipeline(events, pipeline: str):
@@ -83,7 +81,6 @@ def make_writer(dsn: str, table: str, options: DemoOptions):
     """The idempotent upsert writer: key ``event_id``, a replayed row (same ``seq``) is skipped."""
     from examples.lakebase_sink import PostgresForeachWriter, SinkSettings
 
-    # --8<-- [start:demo_writer]
     settings = SinkSettings(
         table=table,
         mode="upsert",
@@ -93,7 +90,6 @@ def make_writer(dsn: str, table: str, options: DemoOptions):
         max_dwell_ms=options.max_dwell_ms,
     )
     return PostgresForeachWriter(dsn, settings)
-    # --8<-- [end:demo_writer]
 
 
 def wait_until_processing(query, timeout_s: float = 60.0) -> None:
@@ -158,19 +154,20 @@ def run_demo(options: DemoOptions, dsn: str, log: Callable[[str], None] = print)
     import psycopg
     from psycopg import sql
 
-    from examples.rtm_lab import RealTimeMemorySource, build_session
+    from examples.rtm_lab import RealTimeMemorySource, build_session, local_cores
     from examples.slot_math import check_local, stateful_query
     from examples.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec
 
     shuffle_partitions = 2
-    shape = stateful_query(source_tasks=options.partitions, shuffle_partitions=shuffle_partitions)
-    cores = shape.required_slots if options.pipeline == "dedup" else options.partitions
-    log(f"[demo] query needs {cores} task slots "
-        f"({options.partitions} source partitions"
-        + (f" + {shuffle_partitions} shuffle partitions)" if options.pipeline == "dedup" else ")"))
-    spark = build_session(cores=cores, shuffle_partitions=shuffle_partitions, app_name="rtm-demo")
-    local = check_local(shape, cores) if options.pipeline == "dedup" else None
-    if local is not None and not local.fits:
+    shape = stateful_query(source_tasks=options.partitions, shuffle_partitions=shuffle_partitions,
+                           exchanges=1 if options.pipeline == "dedup" else 0)
+    log(f"[demo] query needs {shape.required_slots} task slots ({options.partitions} source "
+        f"+ {sum(shape.shuffle_stages)} shuffle partitions)")
+    spark = build_session(cores=shape.required_slots, shuffle_partitions=shuffle_partitions,
+                          app_name="rtm-demo")
+    # getOrCreate may hand back a session that was already running: check its real slots.
+    local = check_local(shape, local_cores(spark))
+    if not local.fits:
         raise RuntimeError(local.message)
 
     table = f"rtm_demo_{int(time.time())}"
@@ -181,7 +178,6 @@ def run_demo(options: DemoOptions, dsn: str, log: Callable[[str], None] = print)
         events = build_pipeline(source.dataframe(), options.pipeline)
         checkpoint = tempfile.mkdtemp(prefix="rtm-demo-checkpoint-")
         writer = make_writer(dsn, table, options)
-        # --8<-- [start:demo_query]
         query = (events.writeStream
                  .queryName("rtm_demo")
                  .foreach(writer)
@@ -189,7 +185,6 @@ def run_demo(options: DemoOptions, dsn: str, log: Callable[[str], None] = print)
                  .trigger(realTime=options.trigger)
                  .option("checkpointLocation", checkpoint)
                  .start())
-        # --8<-- [end:demo_query]
         spec = UpstreamSpec(rows_per_second=options.rows_per_second, total_rows=options.rows,
                             num_keys=options.keys, duplicate_pct=options.duplicate_pct,
                             num_partitions=options.partitions, seed=options.seed)
@@ -300,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     except (PostgresUnavailable, RealTimeModeUnavailable) as exc:
         print(f"[demo] cannot run: {exc}", file=sys.stderr)
         return EXIT_ENV
+    except RuntimeError as exc:  # too few slots, the query died, the simulator failed
+        print(f"[demo] failed: {exc}", file=sys.stderr)
+        return EXIT_MISMATCH
     print(format_result(result))
     return EXIT_OK if result.ok else EXIT_MISMATCH
 

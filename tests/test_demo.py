@@ -40,3 +40,14 @@ def test_mismatch_is_reported():
                              missing=1, unexpected=0, seconds=1.0, latency={})
     assert not result.ok
     assert "RESULT: FAILED" in demo.format_result(result)
+
+
+@pytest.mark.spark
+def test_too_few_slots_in_the_running_session_fails_before_any_table(spark, pg_dsn, pg_conn):
+    """The shared session has 4 slots; 3 source + 2 shuffle partitions need 5."""
+    options = demo.DemoOptions(rows=10, partitions=3)
+    with pytest.raises(RuntimeError, match="CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT|slot"):
+        demo.run_demo(options, pg_dsn, log=lambda _line: None)
+    leftover = pg_conn.execute(
+        "select count(*) from pg_tables where tablename like 'rtm_demo_%'").fetchone()[0]
+    assert leftover == 0
