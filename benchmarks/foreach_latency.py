@@ -2,7 +2,7 @@
 
 Every case feeds the lab's RTM-capable memory source at a steady rate, stamps
 each row at the source, inside the JVM plan and in the sink (see
-``examples/latency_probe.py``) and reports p50/p95/p99/max per leg:
+``pack_lab/latency_probe.py``) and reports p50/p95/p99/max per leg:
 
 * RTM with a 10 s trigger at several input rates, and micro-batch
   (``processingTime="0 seconds"``) on the same source as the comparison;
@@ -170,9 +170,9 @@ def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path,
     """Run one case: start the query, warm up, feed at ``rate`` for ``seconds``, drain, stop."""
     from pyspark.sql import functions as F
 
-    from examples.latency_probe import (LatencyRecordingWriter, latency_report, now_ms,
+    from pack_lab.latency_probe import (LatencyRecordingWriter, latency_report, now_ms,
                                         read_samples, with_plan_time)
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     out = workdir / spec["name"] / "out"
     source = RealTimeMemorySource(spark, "id BIGINT, source_ms BIGINT", num_partitions=1)
@@ -264,7 +264,7 @@ def run_group_here(group: dict[str, Any], seconds: float, warmup: float = 5.0,
         if active is not None:
             spark, owned = active, False
         else:
-            from examples.rtm_lab import build_session
+            from pack_lab.rtm_lab import build_session
 
             spark = build_session(cores=CORES, shuffle_partitions=1,
                                   app_name=f"foreach-latency-{group['group']}", extra_conf=extra)

@@ -4,4 +4,4 @@
 # Uses PG_DSN when set, otherwise a throwaway local Postgres.
 set -euo pipefail
 PACK_NEED_NODE=0 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-exec "$PY" -m examples.demo "$@"
+exec "$PY" -m pack_lab.demo "$@"

@@ -1,6 +1,6 @@
 """MkDocs hook: publish the pack's own files as the site, without copying them.
 
-The skill's layout (``SKILL.md`` at the top, ``references/``, ``examples/``)
+The skill's layout (``SKILL.md`` at the top, ``references/``, the code folders)
 is what an assistant loads, so the site is built from those same files:
 ``SKILL.md`` becomes the home page and the references, example modules,
 benchmarks and test modules they link to are added from the repository root.
@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (glob relative to the repository root, published as-is) — code linked from the pages.
 _PUBLISHED = (
     "references/*.md",
+    "rtm_lakebase/*.py",
+    "pack_lab/*.py",
     "examples/*.py",
     "benchmarks/*.py",
     "benchmarks/*.md",

@@ -42,7 +42,7 @@ stamp_py="$( (cat pyproject.toml; "$PY" --version) | sha256sum | cut -c1-16)"
 if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
   say "installing pinned Python dependencies (first run downloads pyspark, ~450 MB)"
   "$PY" -m pip install --disable-pip-version-check -q --upgrade pip
-  "$PY" -m pip install --disable-pip-version-check -q -e . || die "pip install failed; see the messages above"
+  "$PY" -m pip install --disable-pip-version-check -q -e '.[dev]' || die "pip install failed; see the messages above"
   echo "$stamp_py" > .venv/.setup-stamp
 fi
 
@@ -61,4 +61,6 @@ if [ "$NEED_NODE" = "1" ]; then
 fi
 
 export PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY" NO_MKDOCS_2_WARNING=1
+# The pack's lab (pack_lab/) is not installed: Spark's Python workers find it through PYTHONPATH.
+export PYTHONPATH="$PACK_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$PACK_ROOT/node_modules/.bin:$PATH"

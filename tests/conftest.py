@@ -18,6 +18,10 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark's Python workers import the pack's lab (pack_lab/, not installed) from the repository root.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
 
 #: Task slots of the shared session. RTM needs source + shuffle partitions slots
 #: for a stateful query, so 4 covers a 2-partition source with 2 shuffle partitions.
@@ -27,7 +31,7 @@ SHUFFLE_PARTITIONS = 2
 
 @pytest.fixture(scope="session")
 def spark():
-    from examples.rtm_lab import build_session
+    from pack_lab.rtm_lab import build_session
 
     session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
                             app_name="rtm-pack-tests")
@@ -56,7 +60,7 @@ def checkpoint(tmp_path):
 
 @pytest.fixture(scope="session")
 def pg_dsn():
-    from examples.local_postgres import postgres_dsn
+    from pack_lab.local_postgres import postgres_dsn
 
     with postgres_dsn() as dsn:
         yield dsn
@@ -64,7 +68,7 @@ def pg_dsn():
 
 @pytest.fixture
 def pg_server():
-    from examples.local_postgres import EmbeddedPostgres
+    from pack_lab.local_postgres import EmbeddedPostgres
 
     with EmbeddedPostgres(log=lambda _msg: None) as server:
         yield server

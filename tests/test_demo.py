@@ -2,7 +2,7 @@
 
 import pytest
 
-from examples import demo
+from pack_lab import demo
 
 
 @pytest.mark.spark

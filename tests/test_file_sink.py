@@ -5,7 +5,7 @@ import pickle
 import pytest
 from pyspark.sql import Row
 
-from examples.file_sink import JsonLinesForeachWriter, read_rows, wait_for_rows
+from pack_lab.file_sink import JsonLinesForeachWriter, read_rows, wait_for_rows
 
 
 def test_rows_round_trip_and_writer_pickles(tmp_path):
@@ -26,7 +26,7 @@ def test_wait_for_rows_times_out(tmp_path):
 
 @pytest.mark.spark
 def test_collects_real_time_output(spark, tmp_path):
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     source = RealTimeMemorySource(spark, "id INT, name STRING")
     query = (source.dataframe().where("id % 2 = 0").writeStream

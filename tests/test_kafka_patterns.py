@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from examples import kafka_patterns as kp
-from examples.file_sink import JsonLinesForeachWriter, wait_for_rows
+from rtm_lakebase import kafka_patterns as kp
+from pack_lab.file_sink import JsonLinesForeachWriter, wait_for_rows
 
 KAFKA_DDL = ("key STRING, value STRING, topic STRING, partition INT, offset BIGINT, "
              "timestamp TIMESTAMP")
@@ -40,7 +40,7 @@ def records():
 
 def run_rtm(spark, tmp_path, build, rows, expected_count):
     """Start ``build(source_df)`` as an RTM query into a JSON-lines writer; return its rows."""
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     source = RealTimeMemorySource(spark, KAFKA_DDL)
     out = tmp_path / "out"
@@ -94,7 +94,7 @@ def test_validation_routes_dead_letters_by_topic_in_rtm(spark, tmp_path):
 
 @pytest.mark.spark
 def test_foreach_batch_router_runs_in_micro_batch(spark, tmp_path):
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     def folder_writer(path):
         return lambda df, batch_id: df.write.mode("append").json(str(path))
@@ -120,7 +120,7 @@ def test_foreach_batch_router_runs_in_micro_batch(spark, tmp_path):
 
 @pytest.mark.spark
 def test_foreach_batch_is_rejected_in_real_time_mode(spark, tmp_path):
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     source = RealTimeMemorySource(spark, KAFKA_DDL)
     router = kp.make_batch_router(lambda df, i: None, lambda df, i: None)

@@ -6,7 +6,7 @@ import time
 import pytest
 from pyspark.sql import Row
 
-from examples.latency_probe import (LatencyRecordingWriter, format_report, latency_report,
+from pack_lab.latency_probe import (LatencyRecordingWriter, format_report, latency_report,
                                     percentile, read_samples, stamp_rows, summarize,
                                     with_plan_time)
 
@@ -72,7 +72,7 @@ def test_stamp_rows_copies_and_stamps():
 
 @pytest.mark.spark
 def test_probe_on_a_real_time_query(spark, tmp_path, checkpoint):
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     source = RealTimeMemorySource(spark, "id INT, source_ms BIGINT")
     probed = with_plan_time(source.dataframe())

@@ -3,8 +3,8 @@
 import psycopg
 import pytest
 
-from examples import local_postgres
-from examples.local_postgres import EmbeddedPostgres, PostgresUnavailable, postgres_dsn
+from pack_lab import local_postgres
+from pack_lab.local_postgres import EmbeddedPostgres, PostgresUnavailable, postgres_dsn
 
 
 def test_shared_dsn_serves_sql(pg_conn):
@@ -72,7 +72,7 @@ def test_runs_as_a_normal_user(tmp_path):
     script = (
         "import sys, subprocess\n"
         f"sys.path.insert(0, {str(root)!r})\n"
-        "from examples.local_postgres import EmbeddedPostgres\n"
+        "from pack_lab.local_postgres import EmbeddedPostgres\n"
         "import os\n"
         "with EmbeddedPostgres(log=lambda m: None) as pg:\n"
         "    assert pg._owner is None\n"

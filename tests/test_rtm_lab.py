@@ -2,7 +2,7 @@
 
 import pytest
 
-from examples.rtm_lab import (RealTimeMemorySource, RealTimeModeUnavailable, check_spark_version,
+from pack_lab.rtm_lab import (RealTimeMemorySource, RealTimeModeUnavailable, check_spark_version,
                               session_conf, LabConfig, spark_version_tuple)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from examples.slot_math import (
+from rtm_lakebase.slot_math import (
     QueryShape,
     check_local,
     kafka_source_tasks,
@@ -97,9 +97,9 @@ def test_local_check_messages():
 @pytest.mark.parametrize("shuffle_partitions", [2, 4])
 def test_prediction_matches_a_real_rtm_run(spark, tmp_path, shuffle_partitions):
     """A 2-partition source + groupBy: predicted to fit on local[4] with 2 shuffle partitions, not with 4."""
-    from examples.file_sink import JsonLinesForeachWriter, read_rows
-    from examples.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource, local_cores
-    from examples.rtm_probe import run_and_classify
+    from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
+    from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource, local_cores
+    from pack_lab.rtm_probe import run_and_classify
 
     verdict = check_local(stateful_query(2, shuffle_partitions), local_cores(spark))
     assert verdict.local_cores == 4

@@ -1,4 +1,4 @@
-"""The RTM support matrix, proven: every row of examples/support_matrix.py runs as a real real-time query.
+"""The RTM support matrix, proven: every row of pack_lab/support_matrix.py runs as a real real-time query.
 
 Each row must end exactly as its ``expected`` says: accepted with the right
 output rows, or rejected with the exact error class. With ``UPDATE_MATRIX=1``
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from examples import support_matrix as sm
+from pack_lab import support_matrix as sm
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "references" / "real-time-mode.md"
@@ -101,8 +101,8 @@ def test_check_catches_a_stale_table():
 @pytest.mark.parametrize("kind", ["pandas", "rows"])
 def test_python_transform_with_state_works_in_micro_batch(spark, tmp_path, kind):
     """Control for the transformWithState rows: the same processors run fine without RTM."""
-    from examples.file_sink import JsonLinesForeachWriter, wait_for_rows
-    from examples.rtm_lab import RealTimeMemorySource
+    from pack_lab.file_sink import JsonLinesForeachWriter, wait_for_rows
+    from pack_lab.rtm_lab import RealTimeMemorySource
 
     source = RealTimeMemorySource(spark, sm.SCHEMA)
     grouped = source.dataframe().groupBy("k")
@@ -132,8 +132,8 @@ def test_oss_progress_has_no_rtm_latency_metrics(spark, tmp_path):
     import json
     import time
 
-    from examples.file_sink import JsonLinesForeachWriter
-    from examples.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
+    from pack_lab.file_sink import JsonLinesForeachWriter
+    from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
 
     source = RealTimeMemorySource(spark, sm.SCHEMA)
     query = (source.dataframe().select("id").writeStream

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from examples.upstream_simulator import (
+from pack_lab.upstream_simulator import (
     EVENT_COLUMNS,
     CountingSink,
     EventGenerator,
@@ -199,9 +199,9 @@ def test_generator_defaults_its_clock_to_now():
 
 @pytest.mark.spark
 def test_feeds_a_real_time_query_exactly(spark, tmp_path, checkpoint):
-    from examples.file_sink import JsonLinesForeachWriter, wait_for_rows
-    from examples.rtm_lab import RealTimeMemorySource
-    from examples.upstream_simulator import EVENT_SCHEMA_DDL
+    from pack_lab.file_sink import JsonLinesForeachWriter, wait_for_rows
+    from pack_lab.rtm_lab import RealTimeMemorySource
+    from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL
 
     spec = UpstreamSpec(rows_per_second=500, total_rows=1000, duplicate_pct=10, num_partitions=2,
                         num_keys=20, payload_bytes=100, seed=13)

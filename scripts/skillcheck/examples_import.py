@@ -1,4 +1,4 @@
-"""Every ``examples/`` module imports without side effects: no output, no threads, no SparkSession/JVM, no error.
+"""Every module of the code folders (``packfiles.CODE_DIRS``) imports without side effects: no output, no threads, no SparkSession/JVM, no error.
 
 All modules are imported in ONE fresh subprocess (the pack root on
 ``sys.path``), each with file descriptors 1 and 2 redirected to a temporary
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .findings import Finding
+from .packfiles import CODE_DIRS
 
 TIMEOUT_SECONDS = 180
 
@@ -65,12 +66,9 @@ os._exit(0)
 
 
 def module_names(root: Path) -> list[tuple[str, str]]:
-    """(dotted module name, relative path) of every module in examples/, package first."""
-    base = root / "examples"
-    if not base.is_dir():
-        return []
+    """(dotted module name, relative path) of every module in the code folders, packages first."""
     out = []
-    for p in sorted(base.rglob("*.py")):
+    for p in sorted(p for folder in CODE_DIRS if (root / folder).is_dir() for p in (root / folder).rglob("*.py")):
         if "__pycache__" in p.parts:
             continue
         rel = p.relative_to(root).as_posix()

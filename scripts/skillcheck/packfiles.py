@@ -9,6 +9,10 @@ from pathlib import Path
 SKIP_DIRS = {"node_modules", "site", "__pycache__"}
 SKIP_PREFIXES = ("tests/validator/fixtures",)
 
+#: Folders of Python code that references may excerpt and link: the user's package
+#: (``rtm_lakebase``), the pack's own lab (``pack_lab``) and runnable examples.
+CODE_DIRS = ("rtm_lakebase", "pack_lab", "examples")
+
 
 def _rel(root: Path, p: Path) -> str:
     return p.relative_to(root).as_posix()
@@ -28,7 +32,7 @@ def pack_files(root: Path) -> list[tuple[str, str]]:
         found["SKILL.md"] = "skill"
     patterns = [
         ("references", "**/*.md", "reference"),
-        ("examples", "**/*.py", "example"),
+        *((folder, "**/*.py", "example") for folder in CODE_DIRS),
         ("schemas", "*.json", "schema"),
         ("scripts/skillcheck", "**/*.py", "tool"),
     ]

@@ -11,12 +11,12 @@ import pytest
 from psycopg import sql
 from pyspark.sql import Row
 
-from examples.connection_budget import (ConnectionBudgetExceeded, check_connection_budget,
+from rtm_lakebase.connection_budget import (ConnectionBudgetExceeded, check_connection_budget,
                                         max_connections)
-from examples.lakebase_sink import (BadRowError, PostgresForeachWriter, SinkError, SinkSettings)
-from examples.pg_connection import ConnectionSettings, Secret, redact
-from examples.pg_statements import create_table_sql
-from examples.sink_metrics import percentile
+from rtm_lakebase.lakebase_sink import (BadRowError, PostgresForeachWriter, SinkError, SinkSettings)
+from rtm_lakebase.pg_connection import ConnectionSettings, Secret, redact
+from rtm_lakebase.pg_statements import create_table_sql
+from rtm_lakebase.sink_metrics import percentile
 from tests.sink.helpers import make_table, table_rows, wait_for_count
 
 pytestmark = pytest.mark.postgres
@@ -226,7 +226,7 @@ def test_metrics_report_flushes_and_percentiles(pg_dsn, pg_conn, table_name):
 
 
 def test_secret_never_printed_logged_or_raised(pg_dsn, caplog):
-    from examples.local_postgres import free_port
+    from pack_lab.local_postgres import free_port
 
     dsn = f"postgresql://alice:{PASSWORD}@127.0.0.1:{free_port()}/db?connect_timeout=2"
     w = PostgresForeachWriter(dsn, SinkSettings(table="t", max_retries=1, backoff_initial_ms=10))

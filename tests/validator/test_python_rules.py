@@ -63,7 +63,7 @@ def test_unparseable_duration_and_jvm_trigger():
 
 def test_unknown_duration_variable_is_not_guessed():
     assert codes('''
-        from examples.rtm_lab import MIN_REAL_TIME_TRIGGER
+        from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER
         df.writeStream.foreach(w).outputMode("update").trigger(realTime=MIN_REAL_TIME_TRIGGER).start()
     ''') == set()
 

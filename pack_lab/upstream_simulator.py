@@ -10,7 +10,7 @@ Two parts, both free of Spark:
   producer retry does.
 - :class:`UpstreamFeeder` runs a generator on a background thread and hands
   rows to anything with ``add(rows, partition=None)`` -- normally
-  :class:`examples.rtm_lab.RealTimeMemorySource` -- in small chunks (one
+  :class:`pack_lab.rtm_lab.RealTimeMemorySource` -- in small chunks (one
   ``add()`` per partition per chunk) at ``rows_per_second``. It never runs a
   Spark job: ``add()`` is a single py4j call that appends to the in-memory
   stream.

@@ -23,12 +23,13 @@ differences include clock skew.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from rtm_lakebase.sink_metrics import nearest_rank
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
@@ -123,13 +124,7 @@ def read_samples(folder: str | os.PathLike) -> list[tuple[int, int, int]]:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile: the smallest value with at least ``q`` % of values at or below it."""
-    if not values:
-        raise ValueError("percentile of an empty sequence")
-    if not 0 <= q <= 100:
-        raise ValueError(f"q must be in [0, 100], got {q}")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return nearest_rank(values, q)
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:

@@ -34,12 +34,12 @@ from typing import Any, Mapping, Sequence
 import psycopg
 from psycopg import sql
 
-from examples.pg_connection import (ConnectionSettings, as_connection_settings, connect,
+from rtm_lakebase.pg_connection import (ConnectionSettings, as_connection_settings, connect,
                                     is_permanent_connect_error, redact)
-from examples.pg_statements import (ColumnInfo, TableNotFound, copy_statement, fetch_columns,
+from rtm_lakebase.pg_statements import (ColumnInfo, TableNotFound, copy_statement, fetch_columns,
                                     insert_ignore_statement, primary_key_columns, table_identifier,
                                     upsert_statement)
-from examples.sink_metrics import SinkMetrics
+from rtm_lakebase.sink_metrics import SinkMetrics
 
 log = logging.getLogger(__name__)
 

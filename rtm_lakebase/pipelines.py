@@ -1,7 +1,7 @@
 """Streaming pipelines for the simulator's events, each marked with where it runs in real-time mode.
 
 Every pipeline is a function from a streaming DataFrame with the columns of
-:data:`examples.upstream_simulator.EVENT_SCHEMA_DDL` to a streaming
+:data:`pack_lab.upstream_simulator.EVENT_SCHEMA_DDL` to a streaming
 DataFrame. :data:`PIPELINES` records, for each one, whether it runs under
 real-time mode (RTM) in open-source Spark 4.3 (verified by
 ``tests/test_pipelines.py``) and on Databricks (from the Databricks

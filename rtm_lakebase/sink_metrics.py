@@ -8,10 +8,21 @@ p50/p95/p99. ``snapshot()`` returns a plain dict for logs and tests.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from examples.latency_probe import percentile as nearest_rank
+
+
+def nearest_rank(values, q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``q`` % of values at or below it."""
+    if not values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
 
 
 def percentile(values: list[float], pct: float) -> float | None:

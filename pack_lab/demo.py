@@ -1,6 +1,6 @@
 """End-to-end demo: simulated upstream → real-time-mode query → idempotent foreach sink → Postgres.
 
-Run it with ``bash scripts/demo.sh`` (or ``python -m examples.demo --help``).
+Run it with ``bash scripts/demo.sh`` (or ``python -m pack_lab.demo --help``).
 It starts a local SparkSession sized for the query, a throwaway Postgres
 unless ``PG_DSN`` is set, and a real-time query (``trigger(realTime=...)``,
 update mode) that deduplicates the upstream's retried events and upserts
@@ -71,7 +71,7 @@ def demo_table_ddl(table: str):
 
 def build_pipeline(events, pipeline: str):
     """The streaming DataFrame the demo writes: per-row ingest time, dedup if asked."""
-    from examples.pipelines import dedup_events, with_ingest_time
+    from rtm_lakebase.pipelines import dedup_events, with_ingest_time
 
     stamped = with_ingest_time(events).drop("event_time")
     return dedup_events(stamped) if pipeline == "dedup" else stamped
@@ -79,7 +79,7 @@ def build_pipeline(events, pipeline: str):
 
 def make_writer(dsn: str, table: str, options: DemoOptions):
     """The idempotent upsert writer: key ``event_id``, a replayed row (same ``seq``) is skipped."""
-    from examples.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
 
     settings = SinkSettings(
         table=table,
@@ -154,9 +154,9 @@ def run_demo(options: DemoOptions, dsn: str, log: Callable[[str], None] = print)
     import psycopg
     from psycopg import sql
 
-    from examples.rtm_lab import RealTimeMemorySource, build_session, local_cores
-    from examples.slot_math import check_local, stateful_query
-    from examples.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec
+    from pack_lab.rtm_lab import RealTimeMemorySource, build_session, local_cores
+    from rtm_lakebase.slot_math import check_local, stateful_query
+    from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec
 
     shuffle_partitions = 2
     shape = stateful_query(source_tasks=options.partitions, shuffle_partitions=shuffle_partitions,
@@ -255,7 +255,7 @@ def format_result(result: DemoResult) -> str:
 
 def parse_args(argv: list[str] | None) -> DemoOptions:
     defaults = DemoOptions()
-    parser = argparse.ArgumentParser(prog="examples.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pack_lab.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=defaults.rows, help="rows the upstream sends")
     parser.add_argument("--rate", type=float, default=defaults.rows_per_second, help="rows per second")
     parser.add_argument("--keys", type=int, default=defaults.keys, help="distinct devices")
@@ -284,8 +284,8 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from examples.local_postgres import PostgresUnavailable, postgres_dsn
-    from examples.rtm_lab import RealTimeModeUnavailable
+    from pack_lab.local_postgres import PostgresUnavailable, postgres_dsn
+    from pack_lab.rtm_lab import RealTimeModeUnavailable
 
     options = parse_args(argv)
     try:

@@ -7,7 +7,7 @@ STRING) to the DataFrame you hand to a sink. The Kafka reader and writer
 settings are built as plain dicts by :func:`kafka_source_options` and
 :func:`kafka_sink_options`, so the same code runs against a real broker
 (``spark.readStream.format("kafka").options(**opts).load()``) and, in the
-pack's tests, against the in-memory RTM source of ``examples/rtm_lab.py``.
+pack's tests, against the in-memory RTM source of ``pack_lab/rtm_lab.py``.
 
 Patterns:
 
