@@ -11,7 +11,7 @@ One list, :data:`ROWS`, drives three things so they cannot drift apart:
   latest PySpark 4.1.x and 4.2.x (``python -m pack_lab.support_matrix --run
   OUT.json`` inside a cached venv per version, see
   :mod:`pack_lab.spark_versions`) and fails when a version's outcome differs
-  from ``tests/data/support_matrix_results_<version>.json``;
+  from ``other_versions`` in ``tests/data/support_matrix_results.json``;
 - :func:`render_table` turns rows + recorded results into the Markdown table
   (one column per version) of
   ``references/real-time-mode.md``, and ``python -m pack_lab.support_matrix
@@ -649,37 +649,67 @@ def render_table(rows: Sequence[MatrixRow] = ROWS, results: dict | None = None) 
     return "\n".join(lines)
 
 
-def results_path(version: str = PINNED_VERSION) -> Path:
-    """Where a version's observed outcomes are recorded (4.3.0 keeps the original file name)."""
-    if version == PINNED_VERSION:
-        return RESULTS_PATH
-    return RESULTS_PATH.with_name(f"support_matrix_results_{version}.json")
+#: The pinned version's run is the file's top level (``spark_version``, ``rows``); the other
+#: versions' runs sit under ``other_versions`` -> version -> the same shape.
+OTHER_RUNS_KEY = "other_versions"
+
+
+def read_results_file(path: str | Path = RESULTS_PATH) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return data["rows"]
+    """The pinned version's recorded rows."""
+    return read_results_file(path)["rows"]
 
 
-def load_run(version: str) -> dict:
+def runs_from(data: dict) -> dict:
+    """``{version: run}`` from a parsed results file, oldest first (a run has ``rows`` and how it ran)."""
+    runs = {v: dict(run) for v, run in data.get(OTHER_RUNS_KEY, {}).items()}
+    pinned = {k: v for k, v in data.items() if k != OTHER_RUNS_KEY}
+    runs[pinned.get("spark_version", PINNED_VERSION)] = pinned
+    order = {v: i for i, v in enumerate(ALL_VERSIONS)}
+    return dict(sorted(runs.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+
+def load_run(version: str, path: str | Path = RESULTS_PATH) -> dict:
     """A version's whole recorded run: rows plus how it ran (trigger API, lab source)."""
-    return json.loads(results_path(version).read_text(encoding="utf-8"))
+    runs = runs_from(read_results_file(path))
+    if version not in runs:
+        raise KeyError(f"no recorded support-matrix run for pyspark {version} in {path}")
+    return runs[version]
 
 
-def load_all_results() -> dict:
+def load_all_results(path: str | Path = RESULTS_PATH) -> dict:
     """``{version: rows}`` for every version with a recorded run, oldest first."""
-    return {v: load_results(results_path(v)) for v in ALL_VERSIONS if results_path(v).exists()}
+    return {v: run["rows"] for v, run in runs_from(read_results_file(path)).items()}
 
 
-def save_results(results: dict, spark_version: str, path: str | Path | None = None,
+def markdown_block(data: dict) -> str:
+    """The reference's table from the parsed results file (pure: same JSON, same Markdown)."""
+    return render_table(ROWS, {v: run["rows"] for v, run in runs_from(data).items()})
+
+
+def save_results(results: dict, spark_version: str, path: str | Path = RESULTS_PATH,
                  meta: dict | None = None) -> None:
-    path = Path(path) if path is not None else results_path(spark_version)
+    """Record one version's run in the shared results file, keeping the other versions' runs."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = read_results_file(path) if path.exists() else {}
     ordered = {row.name: results[row.name] for row in ROWS if row.name in results}
-    payload = {"spark_version": spark_version, **{k: v for k, v in (meta or {}).items()
-                                                   if k not in ("rows", "spark_version")},
-               "rows": ordered}
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    run = {"spark_version": spark_version,
+           **{k: v for k, v in (meta or {}).items() if k not in ("rows", "spark_version", OTHER_RUNS_KEY)},
+           "rows": ordered}
+    if spark_version == PINNED_VERSION:
+        others = data.get(OTHER_RUNS_KEY, {})
+        data = {**run, OTHER_RUNS_KEY: others} if others else run
+    else:
+        others = dict(data.get(OTHER_RUNS_KEY, {}))
+        others[spark_version] = run
+        data[OTHER_RUNS_KEY] = dict(sorted(others.items()))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def result_record(outcome: "Outcome", row: MatrixRow) -> dict:

@@ -45,7 +45,8 @@ def _record_results():
     if os.environ.get("UPDATE_MATRIX") == "1" and len(_observed) == len(sm.ROWS):
         import pyspark
 
-        sm.save_results(dict(_observed), pyspark.__version__)
+        sm.save_results(dict(_observed), pyspark.__version__,
+                        meta={"trigger_api": "realTime= keyword", "lab_source": "LowLatencyMemoryStream"})
 
 
 @pytest.mark.spark

@@ -4,7 +4,7 @@ Marker ``spark_versions``: these tests build ``.cache/pyspark-<version>/`` on
 first use (pip downloads pyspark, ~450 MB per version) and run every row of
 ``pack_lab/support_matrix.py`` there in a child process (about two minutes per
 version on 2 cores). Each version's outcomes must equal the run recorded in
-``tests/data/support_matrix_results_<version>.json``; re-record with
+``other_versions`` in ``tests/data/support_matrix_results.json``; re-record with
 ``UPDATE_MATRIX=1`` after a deliberate change, then rewrite the reference's
 table with ``python -m pack_lab.support_matrix --write references/real-time-mode.md``.
 Skip the group locally with ``-m "not spark_versions"``; CI runs it.
@@ -39,6 +39,27 @@ def test_matrix_outcomes_unchanged_on_version(version, tmp_path):
     assert recorded["spark_version"] == version
     assert run["trigger_api"] == recorded["trigger_api"]
     assert sm.changed_rows(run["rows"], recorded["rows"]) == []
+
+
+def test_saving_one_version_keeps_the_others(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(sm.RESULTS_PATH.read_text(encoding="utf-8"), encoding="utf-8")
+    before = sm.load_all_results(path)
+    changed = dict(before["4.2.1"])
+    first = sm.ROWS[0].name
+    changed[first] = dict(changed[first], observed="X")
+    sm.save_results(changed, "4.2.1", path=path, meta={"trigger_api": "realTime= keyword"})
+    after = sm.load_all_results(path)
+    assert after["4.2.1"][first]["observed"] == "X"
+    assert after["4.1.4"] == before["4.1.4"] and after["4.3.0"] == before["4.3.0"]
+    sm.save_results(before["4.3.0"], "4.3.0", path=path)
+    assert sm.load_all_results(path)["4.2.1"][first]["observed"] == "X"  # pinned save keeps others
+    assert not path.with_name(path.name + ".tmp").exists()
+
+
+def test_markdown_block_is_the_table_of_the_parsed_file():
+    data = json.loads(sm.RESULTS_PATH.read_text(encoding="utf-8"))
+    assert sm.markdown_block(data) == sm.render_table(sm.ROWS, sm.load_all_results())
 
 
 def test_every_version_line_has_a_recorded_run():
