@@ -57,6 +57,7 @@ DOCS_REFERENCE = "https://docs.databricks.com/aws/en/structured-streaming/real-t
 DOCS_SETUP = "https://docs.databricks.com/aws/en/structured-streaming/real-time/setup"
 DOCS_ERRORS = "https://docs.databricks.com/error-messages/streaming-real-time-mode-error-class.html"
 DOCS_PERFORMANCE = "https://docs.databricks.com/aws/en/structured-streaming/real-time-performance"
+DOCS_GET_STARTED = "https://docs.databricks.com/gcp/en/structured-streaming/real-time-get-started"
 #: The newer copy of the error-class page that lists SHUFFLE_MORE_THAN_ONCE (the
 #: docs.databricks.com copy indexed here predates it).
 DOCS_ERRORS_AZURE_CN = "https://docs.azure.cn/zh-cn/databricks/error-messages/streaming-real-time-mode-error-class"
@@ -455,9 +456,12 @@ ROWS: tuple[MatrixRow, ...] = (
     MatrixRow("memory sink (`format(\"memory\")`)", "sink", _memory, _ALLOWLIST, "not listed"),
     # sources
     MatrixRow("`rate` source", "source", _rate_source,
-              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED", "not supported (Kafka, Kinesis, Event Hubs, MSK only)"),
+              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED",
+              "used by Databricks' real-time tutorial (not in the reference's source table)",
+              citation=DOCS_GET_STARTED),
     MatrixRow("file source (`text`)", "source", _file_source,
-              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED", "not supported (Kafka, Kinesis, Event Hubs, MSK only)"),
+              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED",
+              "not listed: sources are Kafka, Event Hubs, Kinesis, MSK; Delta is not supported"),
     # output modes
     MatrixRow("output mode `update` (stateless query)", "output mode", _projection, ACCEPTED,
               "required", reduce=id_pairs("K"), want=_K_UPPER),

@@ -163,3 +163,16 @@ def test_a_missing_version_result_is_a_problem():
     text = Path(sm.__file__).resolve().parent.parent.joinpath(
         "references", "real-time-mode.md").read_text(encoding="utf-8")
     assert any("under pyspark 4.1.4" in p for p in sm.problems(text, results=results))
+
+
+def test_shims_leave_a_release_with_the_keyword_alone(monkeypatch):
+    """On 4.3 the runner must not patch the trigger: the pinned column is PySpark's own API."""
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    from pack_lab import rtm_lab
+
+    monkeypatch.setattr(rtm_lab, "MIN_SPARK_VERSION", rtm_lab.MIN_SPARK_VERSION)  # restored after
+    before = DataStreamWriter.trigger
+    used = sm.install_version_shims()
+    assert used["trigger_api"] == "realTime= keyword"
+    assert DataStreamWriter.trigger is before
