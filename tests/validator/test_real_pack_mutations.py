@@ -20,8 +20,11 @@ import skillcheck.examples_import as examples_import
 from skillcheck.manifest import PackError
 from tests.validator.packbuilder import REPO, findings, write_manifest
 
+#: Local, git-ignored folders never belong in a copy of the pack: `.cache` holds the per-version
+#: PySpark venvs (~1.7 GB; copied once per test case it filled the disk), `dist` the packaged skill.
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "site", "__pycache__", ".pytest_cache",
-                                "*.egg-info", "tests", "benchmarks", ".notes", "spark-warehouse", "metastore_db")
+                                "*.egg-info", "tests", "benchmarks", ".notes", "spark-warehouse", "metastore_db",
+                                ".cache", "dist")
 
 MINIMAL_SKILL = """---
 name: spark-rtm-lakebase
