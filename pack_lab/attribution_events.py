@@ -11,8 +11,9 @@ excludes ``missing_ack_pct``):
   has closed (``window_ms + late_margin_ms`` after the first).
 
 Every event is a dict with ``stream`` (``"request"`` or ``"ack"``), its
-columns (``REQUEST_SCHEMA_DDL`` / ``ACK_SCHEMA_DDL``) and ``arrival_ms``:
-when to deliver it, in ms after the feed starts. ``rate_per_second``
+columns (``REQUEST_SCHEMA_DDL`` / ``ACK_SCHEMA_DDL``), ``arrival_ms``: when
+to deliver it, in ms after the feed starts, and ``late``: delivered after
+its transaction's window closed. ``rate_per_second``
 transactions start per second. On-time events of a transaction arrive
 within ``max_spread_ms`` of its first one, and late ones at least
 ``late_margin_ms`` after its window ends, so the outcome does not depend on
@@ -107,9 +108,11 @@ def generate(spec: AttributionSpec) -> list[dict[str, Any]]:
         for event, at in pair:
             if event is request and missing_request or event is ack and missing_ack:
                 continue
-            events.append(dict(event, arrival_ms=at))
+            is_late = late and event is second_event
+            events.append(dict(event, arrival_ms=at, late=is_late))
             if event is ack and duplicate:
-                events.append(dict(event, arrival_ms=at + rng.randint(1, spec.max_ack_delay_ms)))
+                events.append(dict(event, arrival_ms=at + rng.randint(1, spec.max_ack_delay_ms),
+                                   late=is_late))
     events.sort(key=lambda e: e["arrival_ms"])
     return events
 
@@ -128,12 +131,13 @@ class _Source(Protocol):
 def feed(events: list[Mapping[str, Any]], requests: _Source, acks: _Source, *,
          chunk_ms: int = 100, progress: Callable[[str], None] | None = None,
          stop: threading.Event | None = None) -> int:
-    """Deliver ``events`` on their ``arrival_ms`` schedule, in chunks of ``chunk_ms``; return the count.
+    """Deliver ``events`` on their ``arrival_ms`` schedule (from the first one's), in chunks; return the count.
 
     One ``add`` per stream per chunk (the lab source is slow per call, fast
     per row). ``progress`` gets a line about once a second.
     """
     start = time.monotonic()
+    origin = events[0]["arrival_ms"] if events else 0
     sent = 0
     last_report = start
     i = 0
@@ -144,7 +148,7 @@ def feed(events: list[Mapping[str, Any]], requests: _Source, acks: _Source, *,
         j = i
         while j < len(events) and events[j]["arrival_ms"] < due:
             j += 1
-        wait = start + events[i]["arrival_ms"] / 1000 - time.monotonic()
+        wait = start + (events[i]["arrival_ms"] - origin) / 1000 - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         chunk_requests, chunk_acks = split_streams(events[i:j])
