@@ -242,3 +242,256 @@ def test_processor_closes_an_overdue_window_before_a_late_row():
 def test_ttl_backstop_is_longer_than_the_window():
     assert A.AttributionProcessor(60_000).ttl_ms == 240_000
     assert A.AttributionProcessor(60_000, ttl_ms=90_000).ttl_ms == 90_000
+
+
+# ---------------------------------------------------------------------------
+# Real Spark queries (micro-batch), file sink + Postgres, state reader
+# ---------------------------------------------------------------------------
+
+SPARK_WINDOW_MS = 10_000
+TRIGGER = "1 second"
+
+
+def _not_warm_up(row):
+    return row["transaction_id"] != "warm-up"
+
+
+def _table_rows(conn, table):
+    from psycopg import sql
+
+    cur = conn.execute(sql.SQL("SELECT transaction_id, request_id, ack_id, outcome, ad_id, request_ms,"
+                               " ack_ms, latency_ms FROM {}").format(sql.Identifier(table)))
+    names = [c.name for c in cur.description]
+    return [dict(zip(names, values)) for values in cur.fetchall()]
+
+
+def _drop(conn, table):
+    from psycopg import sql
+
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def _start(spark, requests, acks, window_ms, writer, checkpoint):
+    from rtm_lakebase.pipelines import start_micro_batch
+
+    df = A.attribute(requests.dataframe(), acks.dataframe(), window_ms)
+    return start_micro_batch(df, writer, checkpoint, trigger=TRIGGER)
+
+
+def _send(requests, acks, events):
+    reqs, acks_ = split_streams(events)
+    if reqs:
+        requests.add(reqs)
+    if acks_:
+        acks.add(acks_)
+    return len(events)
+
+
+@pytest.fixture(scope="module")
+def scenario_run(spark, pg_dsn, tmp_path_factory):
+    """One micro-batch query over hand-made transactions, one per scenario, in three deliveries.
+
+    1. acks first ("ooo", "noreq"), complete and partial transactions;
+    2. in a later batch: the "ooo" request and another copy of the "dup" ack;
+    3. after every window has closed: the "late" transaction's ack.
+    """
+    import psycopg
+
+    from pack_lab import attribution_lab as lab
+    from pack_lab.file_sink import JsonLinesForeachWriter
+
+    base = tmp_path_factory.mktemp("attribution")
+    out, checkpoint, table = str(base / "out"), str(base / "checkpoint"), "attr_scenarios"
+    first = _events((0, "ack", "ooo", "ooo-a", 1_150), (0, "ack", "noreq", "noreq-a", 1_100),
+                    (0, "request", "dup", "dup-r", 1_000), (0, "ack", "dup", "dup-a", 1_090),
+                    (0, "ack", "dup", "dup-a", 1_090), (0, "request", "noack", "noack-r", 1_000),
+                    (0, "request", "late", "late-r", 1_000), (0, "request", "two", "two-r", 1_000),
+                    (0, "ack", "two", "two-a1", 1_010), (0, "ack", "two", "two-a2", 1_040))
+    second = _events((1_000, "request", "ooo", "ooo-r", 1_000), (1_000, "ack", "dup", "dup-a", 1_090))
+    third = _events((SPARK_WINDOW_MS + 5_000, "ack", "late", "late-a", 1_200))
+    expected = expected_output(first + second + third, SPARK_WINDOW_MS)
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        _drop(conn, table)
+        A.create_attribution_table(conn, table)
+        requests, acks = lab.sources(spark)
+        writer = lab.TeeWriter(JsonLinesForeachWriter(out), A.attribution_writer(pg_dsn, table))
+        query = _start(spark, requests, acks, SPARK_WINDOW_MS, writer, checkpoint)
+        try:
+            lab.warm_up(requests, acks, out, query)
+            sent = 2 + _send(requests, acks, first)
+            lab.wait_until(lambda: lab.input_rows(query) >= sent, query, 60, "first delivery")
+            sent += _send(requests, acks, second)
+            lab.wait_until(lambda: lab.input_rows(query) >= sent, query, 60, "second delivery")
+            before_late = len(expected_output(first + second, SPARK_WINDOW_MS))
+            lab.wait_for_output(out, query, before_late, keep=_not_warm_up)
+            sent += _send(requests, acks, third)
+            lab.wait_for_output(out, query, len(expected), keep=_not_warm_up)
+            lab.wait_until(lambda: not any(lab.state_rows(spark, checkpoint).values()), query, 60,
+                           "every window closed")
+            batches = len(query.recentProgress)
+            lab.wait_until(lambda: len(query.recentProgress) >= batches + 2, query, 30, "two more batches")
+            operator = query.lastProgress["stateOperators"][0]["operatorName"]
+        finally:
+            query.stop()
+        from pack_lab.file_sink import read_rows
+
+        yield {"rows": [r for r in read_rows(out) if _not_warm_up(r)], "expected": expected,
+               "table": [r for r in _table_rows(conn, table) if _not_warm_up(r)],
+               "state": lab.state_rows(spark, checkpoint), "operator": operator}
+        _drop(conn, table)
+
+
+def _outcomes(rows, tid):
+    return sorted((r["request_id"], r["ack_id"], r["outcome"], r["latency_ms"])
+                  for r in rows if r["transaction_id"] == tid)
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow
+class TestScenarioRun:
+    def test_out_of_order_ack_in_an_earlier_batch_is_matched(self, scenario_run):
+        assert _outcomes(scenario_run["rows"], "ooo") == [("ooo-r", "ooo-a", "matched", 150)]
+
+    def test_ack_with_no_request_is_reported_when_the_window_ends(self, scenario_run):
+        assert _outcomes(scenario_run["rows"], "noreq") == [("", "noreq-a", "unmatched_ack", None)]
+
+    def test_duplicate_acks_give_one_pair(self, scenario_run):
+        assert _outcomes(scenario_run["rows"], "dup") == [("dup-r", "dup-a", "matched", 90)]
+
+    def test_request_with_no_ack_is_reported_when_the_window_ends(self, scenario_run):
+        assert _outcomes(scenario_run["rows"], "noack") == [("noack-r", "", "unmatched_request", None)]
+
+    def test_ack_after_the_window_opens_a_new_one(self, scenario_run):
+        assert _outcomes(scenario_run["rows"], "late") == [
+            ("", "late-a", "unmatched_ack", None), ("late-r", "", "unmatched_request", None)]
+
+    def test_spark_output_equals_the_reference_row_for_row(self, scenario_run):
+        assert _sorted(scenario_run["rows"]) == _sorted(scenario_run["expected"])
+
+    def test_postgres_table_equals_the_reference(self, scenario_run):
+        assert _sorted(scenario_run["table"]) == _sorted(scenario_run["expected"])
+
+    def test_state_is_empty_after_the_timers_fire(self, scenario_run):
+        assert scenario_run["state"] == {"request": 0, "acks": 0, "deadline": 0, "timers": 0}
+
+    def test_query_runs_the_python_operator(self, scenario_run):
+        # PySpark's transformWithState plans TransformWithStateInPySparkExec, not the JVM operator.
+        assert scenario_run["operator"] == "transformWithStateInPySparkExec"
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_many_keys_match_the_reference(spark, pg_dsn, pg_conn, table_name, tmp_path):
+    """600 generated transactions with every fault switched on; Spark, Postgres and the rules agree."""
+    from pack_lab import attribution_lab as lab
+    from pack_lab.attribution_events import feed
+    from pack_lab.file_sink import JsonLinesForeachWriter
+
+    spec = AttributionSpec(transactions=600, rate_per_second=150, out_of_order_pct=20,
+                           missing_request_pct=5, missing_ack_pct=10, duplicate_ack_pct=15,
+                           late_pct=5, window_ms=SPARK_WINDOW_MS, late_margin_ms=5_000, seed=11)
+    events = generate(spec)
+    on_time = [e for e in events if not e["late"]]
+    late = [e for e in events if e["late"]]
+    expected = expected_output(events, spec.window_ms)
+    assert len(late) > 10 and len({e["transaction_id"] for e in events}) == 600
+
+    A.create_attribution_table(pg_conn, table_name)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    requests, acks = lab.sources(spark)
+    writer = lab.TeeWriter(JsonLinesForeachWriter(out), A.attribution_writer(pg_dsn, table_name))
+    query = _start(spark, requests, acks, spec.window_ms, writer, checkpoint)
+    try:
+        lab.warm_up(requests, acks, out, query)
+        feed(on_time, requests, acks)
+        # Late events go in only once every on-time window has closed and reported.
+        lab.wait_for_output(out, query, len(expected_output(on_time, spec.window_ms)),
+                            keep=_not_warm_up)
+        feed(late, requests, acks)
+        lab.wait_for_output(out, query, len(expected), keep=_not_warm_up)
+        batches = len(query.recentProgress)
+        lab.wait_until(lambda: len(query.recentProgress) >= batches + 2, query, 30, "two more batches")
+    finally:
+        query.stop()
+    from pack_lab.file_sink import read_rows
+
+    rows = [r for r in read_rows(out) if _not_warm_up(r)]
+    assert Counter(r["outcome"] for r in rows) == Counter(r["outcome"] for r in expected)
+    assert _sorted(rows) == _sorted(expected)
+    assert _sorted(r for r in _table_rows(pg_conn, table_name) if _not_warm_up(r)) == _sorted(expected)
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_restart_from_the_checkpoint_loses_and_doubles_no_pair(spark, pg_dsn, pg_conn, table_name,
+                                                               tmp_path):
+    """Stop the query while windows hold half-matched transactions; restart it on the same
+    checkpoint; the other halves arrive after the restart and still match.
+
+    If the state were lost, the halves would come out as ``unmatched_*`` rows; if a
+    batch replayed, the table's pair key absorbs the second write.
+    """
+    from pack_lab import attribution_lab as lab
+    from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
+
+    window_ms = 45_000  # the restart must fit inside the window
+    before = []
+    after = []
+    for i in range(40):
+        tid = f"rs-{i:03d}"
+        req = (0, "request", tid, f"{tid}-r", 1_000 + i)
+        ack = (0, "ack", tid, f"{tid}-a", 1_100 + i)
+        if i < 10:  # complete before the restart; a copy of the ack comes again after it
+            before += _events(req, ack)
+            after += _events(ack)
+        elif i < 25:  # request before, ack after
+            before += _events(req)
+            after += _events(ack)
+        else:  # ack before (out of order), request after
+            before += _events(ack)
+            after += _events(req)
+    for e in after:
+        e["arrival_ms"] = 1
+    expected = expected_output(before + after, window_ms)
+    assert Counter(r["outcome"] for r in expected) == {"matched": 40}
+
+    A.create_attribution_table(pg_conn, table_name)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    requests, acks = lab.sources(spark)
+
+    def start():
+        writer = lab.TeeWriter(JsonLinesForeachWriter(out), A.attribution_writer(pg_dsn, table_name))
+        return _start(spark, requests, acks, window_ms, writer, checkpoint)
+
+    query = start()
+    try:
+        lab.warm_up(requests, acks, out, query)
+        sent = 2 + _send(requests, acks, before)
+        lab.wait_for_output(out, query, 10, keep=_not_warm_up)
+        lab.wait_until(lambda: lab.input_rows(query) >= sent, query, 60, "rows before the restart")
+        stopped_at = time.monotonic()
+    finally:
+        query.stop()
+    open_windows = lab.state_rows(spark, checkpoint)["deadline"]
+    assert open_windows == 41  # 40 transactions and the warm-up, all still open
+
+    query = start()
+    try:
+        _send(requests, acks, after)
+        restart_s = time.monotonic() - stopped_at
+        lab.wait_for_output(out, query, len(expected), keep=_not_warm_up)
+        lab.wait_until(lambda: not any(lab.state_rows(spark, checkpoint).values()), query,
+                       window_ms / 1000 + 60, "every window closed")
+        batches = len(query.recentProgress)
+        lab.wait_until(lambda: len(query.recentProgress) >= batches + 2, query, 30, "two more batches")
+    finally:
+        query.stop()
+    assert restart_s < window_ms / 1000 / 2, f"restart took {restart_s:.0f} s: windows may have closed"
+    table = _sorted(r for r in _table_rows(pg_conn, table_name) if _not_warm_up(r))
+    assert table == _sorted(expected)  # every pair once; no unmatched row from lost state
+    emitted = Counter(A.output_key(r) for r in read_rows(out) if _not_warm_up(r))
+    assert set(emitted) == {A.output_key(r) for r in expected}
