@@ -495,3 +495,61 @@ def test_restart_from_the_checkpoint_loses_and_doubles_no_pair(spark, pg_dsn, pg
     assert table == _sorted(expected)  # every pair once; no unmatched row from lost state
     emitted = Counter(A.output_key(r) for r in read_rows(out) if _not_warm_up(r))
     assert set(emitted) == {A.output_key(r) for r in expected}
+
+
+# ---------------------------------------------------------------------------
+# Real-time mode in open-source 4.3
+# ---------------------------------------------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_attribution_query_dies_in_real_time_mode(spark, tmp_path, checkpoint):
+    """The same query with ``start_real_time``: accepted by start(), then it dies, emitting nothing."""
+    from pack_lab import attribution_lab as lab
+    from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
+    from rtm_lakebase.pipelines import start_real_time
+
+    requests, acks = lab.sources(spark)
+    query = start_real_time(A.attribute(requests.dataframe(), acks.dataframe(), 10_000),
+                            JsonLinesForeachWriter(tmp_path / "out"), checkpoint)
+    try:
+        _send(requests, acks, SCENARIOS["two_acks"][0])
+        deadline = time.monotonic() + 120
+        while query.isActive and time.monotonic() < deadline:
+            time.sleep(0.5)
+        alive, error = query.isActive, query.exception()
+    finally:
+        query.stop()
+    assert not alive, "PySpark transformWithState kept running in real-time mode"
+    assert "STDS_FAILED_TO_READ_OPERATOR_METADATA" in str(error)
+    assert read_rows(tmp_path / "out") == []
+
+
+@pytest.mark.slow
+def test_jvm_transform_with_state_runs_in_real_time_mode_only_with_a_jvm_processor(tmp_path):
+    """The JVM operator is reachable from Python only through py4j with a compiled Java processor.
+
+    ``pack_lab/attribution_jvm_probe.py`` compiles a Java ``StatefulProcessor``, starts a
+    session with it on the class path (a child process: the class must be there when the
+    JVM starts), and drives the Java Dataset API through ``df._jdf`` into a Python foreach
+    sink with ``trigger(realTime=...)``. The PySpark API cannot do this: it always plans
+    ``transformWithStateInPySparkExec`` (``TestScenarioRun.test_query_runs_the_python_operator``).
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-m", "pack_lab.attribution_jvm_probe"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=400)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the probe (exit {done.returncode}): {done.stderr[-2000:]}"
+    result = json.loads(lines[-1])
+    assert result["ok"], result
+    assert done.returncode == 0
+    assert result["real_time_scan"] and "isPipelined=true" in result["plan"]  # real-time, not micro-batch
+    assert result["operator"] == ["TransformWithState"]  # the JVM operator, not ...InPySpark
+    assert result["rows"] == ["a:1", "a:2", "b:1"]  # state kept per key across rows
