@@ -37,6 +37,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import psycopg
     from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
 
     from rtm_lakebase.lakebase_sink import PostgresForeachWriter
     from rtm_lakebase.pg_connection import ConnectionSettings
@@ -167,6 +168,28 @@ def attribute(requests: "DataFrame", acks: "DataFrame", window_ms: int = 5 * 60_
             .transformWithState(AttributionProcessor(window_ms), ATTRIBUTION_SCHEMA,
                                 outputMode="Append", timeMode="ProcessingTime"))
 # --8<-- [end:attribute]
+
+
+# --8<-- [start:start]
+def start_attribution_micro_batch(requests: "DataFrame", acks: "DataFrame", writer: Any,
+                                  checkpoint: str, window_ms: int = 5 * 60_000,
+                                  trigger: str = "1 second") -> "StreamingQuery":
+    """Open-source Spark: micro-batch. With processing-time timers a batch runs every
+    ``trigger`` even without input, so windows close at most about a trigger late."""
+    from rtm_lakebase.pipelines import start_micro_batch
+
+    return start_micro_batch(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
+
+
+def start_attribution_real_time(requests: "DataFrame", acks: "DataFrame", writer: Any,
+                                checkpoint: str, window_ms: int = 5 * 60_000,
+                                trigger: str = "5 minutes") -> "StreamingQuery":
+    """Databricks real-time mode: the same query and writer; only the trigger differs.
+    ``trigger`` is the checkpoint interval. Open-source 4.3 stops this query with an error."""
+    from rtm_lakebase.pipelines import start_real_time
+
+    return start_real_time(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
+# --8<-- [end:start]
 
 
 # --8<-- [start:sink]

@@ -272,10 +272,8 @@ def _drop(conn, table):
 
 
 def _start(spark, requests, acks, window_ms, writer, checkpoint):
-    from rtm_lakebase.pipelines import start_micro_batch
-
-    df = A.attribute(requests.dataframe(), acks.dataframe(), window_ms)
-    return start_micro_batch(df, writer, checkpoint, trigger=TRIGGER)
+    return A.start_attribution_micro_batch(requests.dataframe(), acks.dataframe(), writer,
+                                           checkpoint, window_ms, trigger=TRIGGER)
 
 
 def _send(requests, acks, events):
@@ -504,14 +502,15 @@ def test_restart_from_the_checkpoint_loses_and_doubles_no_pair(spark, pg_dsn, pg
 @pytest.mark.spark
 @pytest.mark.slow
 def test_attribution_query_dies_in_real_time_mode(spark, tmp_path, checkpoint):
-    """The same query with ``start_real_time``: accepted by start(), then it dies, emitting nothing."""
+    """``start_attribution_real_time`` in open-source 4.3: accepted by start(), then the query
+    dies while planning its first long batch, emitting nothing."""
     from pack_lab import attribution_lab as lab
     from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
-    from rtm_lakebase.pipelines import start_real_time
 
     requests, acks = lab.sources(spark)
-    query = start_real_time(A.attribute(requests.dataframe(), acks.dataframe(), 10_000),
-                            JsonLinesForeachWriter(tmp_path / "out"), checkpoint)
+    query = A.start_attribution_real_time(requests.dataframe(), acks.dataframe(),
+                                          JsonLinesForeachWriter(tmp_path / "out"), checkpoint,
+                                          window_ms=10_000, trigger="5 seconds")
     try:
         _send(requests, acks, SCENARIOS["two_acks"][0])
         deadline = time.monotonic() + 120
