@@ -151,7 +151,11 @@ def main() -> int:
             detail = getattr(exc, "stderr", "") or str(exc)
             print(json.dumps({"ok": False, "error": f"build failed: {detail.strip()[:500]}"}))
             return 2
-        result = run_probe(jar, workdir)
+        try:
+            result = run_probe(jar, workdir)
+        except Exception as exc:  # one line for the caller, not a py4j traceback
+            first = (str(exc).strip().splitlines() or [""])[0]
+            result = {"ok": False, "error": f"{type(exc).__name__}: {first[:500]}"}
         print(json.dumps(result))
         return 0 if result["ok"] else 1
     finally:
