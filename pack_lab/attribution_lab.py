@@ -66,6 +66,14 @@ def input_rows(query: "StreamingQuery") -> int:
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
+def input_batch_times(query: "StreamingQuery") -> list[int]:
+    """Start times (epoch ms) of the batches that took in rows, oldest first."""
+    from datetime import datetime
+
+    return [int(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+            for p in query.recentProgress if p["numInputRows"] > 0]
+
+
 def wait_until(predicate: Callable[[], bool], query: "StreamingQuery", timeout: float,
                what: str, poll: float = 0.5) -> None:
     """Poll ``predicate()``; fail at once with the query's error if it dies."""

@@ -248,7 +248,8 @@ def test_ttl_backstop_is_longer_than_the_window():
 # Real Spark queries (micro-batch), file sink + Postgres, state reader
 # ---------------------------------------------------------------------------
 
-SPARK_WINDOW_MS = 10_000
+#: Long enough that two deliveries a few batches apart stay in one window on a loaded machine.
+SPARK_WINDOW_MS = 45_000
 TRIGGER = "1 second"
 
 
@@ -317,10 +318,16 @@ def scenario_run(spark, pg_dsn, tmp_path_factory):
         query = _start(spark, requests, acks, SPARK_WINDOW_MS, writer, checkpoint)
         try:
             lab.warm_up(requests, acks, out, query)
+            earlier = len(lab.input_batch_times(query))
             sent = 2 + _send(requests, acks, first)
             lab.wait_until(lambda: lab.input_rows(query) >= sent, query, 60, "first delivery")
             sent += _send(requests, acks, second)
             lab.wait_until(lambda: lab.input_rows(query) >= sent, query, 60, "second delivery")
+            times = lab.input_batch_times(query)
+            gap_ms = times[-1] - times[earlier]
+            assert gap_ms < SPARK_WINDOW_MS, (  # else both would rightly be reported unmatched
+                f"the machine is too slow for this test: the second delivery's batch started "
+                f"{gap_ms} ms after the first's (window {SPARK_WINDOW_MS} ms)")
             before_late = len(expected_output(first + second, SPARK_WINDOW_MS))
             lab.wait_for_output(out, query, before_late, keep=_not_warm_up)
             sent += _send(requests, acks, third)
@@ -390,7 +397,7 @@ def test_many_keys_match_the_reference(spark, pg_dsn, pg_conn, table_name, tmp_p
 
     spec = AttributionSpec(transactions=600, rate_per_second=150, out_of_order_pct=20,
                            missing_request_pct=5, missing_ack_pct=10, duplicate_ack_pct=15,
-                           late_pct=5, window_ms=SPARK_WINDOW_MS, late_margin_ms=5_000, seed=11)
+                           late_pct=5, window_ms=20_000, late_margin_ms=5_000, seed=11)
     events = generate(spec)
     on_time = [e for e in events if not e["late"]]
     late = [e for e in events if e["late"]]
