@@ -76,8 +76,11 @@ def install_files(root: Path) -> list[str]:
     return sorted(out)
 
 
-def _leaving_targets(rel: str, text: str, members: set[str]) -> list[tuple[str, str]]:
-    """(link target as written, root-relative file) for each relative link that leaves the package."""
+def _leaving_targets(rel: str, text: str, members: set[str], root: Path) -> list[tuple[str, str]]:
+    """(link target as written, root-relative file) for each relative link to a pack file the package lacks.
+
+    A target that exists nowhere is left alone: the link check reports it in the pack (LINK001).
+    """
     out = []
     for link in parse(rel, text).links:
         target = link.target.strip()
@@ -86,14 +89,14 @@ def _leaving_targets(rel: str, text: str, members: set[str]) -> list[tuple[str, 
         path_part = target.partition("#")[0].split("?")[0]
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), path_part))
         inside = resolved in members or any(m.startswith(resolved + "/") for m in members)
-        if not inside and not resolved.startswith(".."):
+        if not inside and not resolved.startswith("..") and (root / resolved).exists():
             out.append((target, resolved))
     return out
 
 
-def rewrite_links(rel: str, text: str, members: set[str], repo_url: str | None) -> str:
+def rewrite_links(rel: str, text: str, members: set[str], repo_url: str | None, root: Path) -> str:
     """``text`` with every relative link to a file outside the package pointed at the repository."""
-    for target, resolved in _leaving_targets(rel, text, members):
+    for target, resolved in _leaving_targets(rel, text, members, root):
         if repo_url is None:
             raise PackageError(f"{rel} links {target!r}, which the package does not hold; set "
                                "[project.urls] Repository in pyproject.toml so it can point there", rel)
@@ -116,7 +119,7 @@ def _write_tree(root: Path, dest: Path, repo_url: str | None) -> list[str]:
                 text = (root / rel).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise PackageError(f"{rel}: cannot read: {exc}", rel) from None
-            target.write_text(rewrite_links(rel, text, members, repo_url), encoding="utf-8")
+            target.write_text(rewrite_links(rel, text, members, repo_url, root), encoding="utf-8")
         else:
             shutil.copyfile(root / rel, target)
     return files
@@ -192,4 +195,21 @@ def check_pack_package(root: Path) -> list[Finding]:
             if exc.path == "SKILL.md":
                 return []  # PACK001
             return [Finding(exc.path, 1, 1, "PKG002", str(exc))]
-        return check_package(dest)
+        found = check_package(dest)
+    # A link already broken in the pack is reported there (LINK001/LINK002), not twice.
+    source_broken = set()
+    for rel in {f.path for f in found}:
+        try:
+            doc = parse(rel, (root / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+        source_broken |= {(f.path, f.line, f.message) for f in check_links(doc, root, lambda r: _load_doc(root, r))}
+    prefix = "in the installed skill: "
+    return [f for f in found if (f.path, f.line, f.message[len(prefix):]) not in source_broken]
+
+
+def _load_doc(root: Path, rel: str):
+    try:
+        return parse(rel, (root / rel).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
