@@ -44,6 +44,8 @@ _PUBLISHED = (
     "pyproject.toml",
 )
 
+#: Module pages left out of the site search (tests and tools); the user's package and examples stay in.
+_NOT_SEARCHED = ("tests/", "scripts/", "benchmarks/", "pack_lab/")
 _LINK_RE = re.compile(r"(\]\()([^)\s#]+\.py)(#[^)\s]*)?(\))")
 _REL_LINK_RE = re.compile(r"(\]\()(\.\./[^)\s#]*)(#[^)\s]*)?(\))")
 _code_pages: set[str] = set()
@@ -57,7 +59,10 @@ def code_page(rel: str, source: str) -> str:
         doc = ""
     summary = doc.strip().split("\n\n")[0].replace("\n", " ") if doc.strip() else ""
     fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", source)), default=0) + 1)
-    parts = [f"# `{rel}`", ""]
+    parts = []
+    if rel.startswith(_NOT_SEARCHED):  # the pack's own machinery: reachable by link, kept out of search
+        parts += ["---", "search:", "  exclude: true", "---", ""]
+    parts += [f"# `{rel}`", ""]
     if summary:
         parts += [summary, ""]
     parts += [f"{fence}python", source.rstrip("\n"), fence, ""]
