@@ -323,6 +323,20 @@ def test_page_renders_in_the_browser(browser, base_url, path, source):
             assert re.search(rf'id="{re.escape(fragment)}"', checked[target]), f"{href}: no element #{fragment}"
 
 
+def test_benchmarks_page_shows_every_chart(browser, base_url):
+    """The charts the benchmark scripts draw (benchmarks/results/*.png) are embedded and load."""
+    pngs = sorted(p.name for p in (REPO / "benchmarks" / "results").glob("*.png"))
+    browser.open(urljoin(base_url, "benchmarks/"))
+    images = browser.wait_js(
+        "Promise.all([...document.querySelectorAll('article img')].map(i => i.decode().then(() => "
+        "({src: i.src, w: i.naturalWidth}), () => ({src: i.src, w: 0})))).then(a => JSON.stringify(a))")
+    images = json.loads(images)
+    browser.screenshot(ARTIFACTS / "benchmarks.png")
+    assert sorted(i["src"].rsplit("/", 1)[-1] for i in images if "/results/" in i["src"]) == pngs
+    assert all(i["w"] > 100 for i in images), images
+    assert browser.errors(base_url) == []
+
+
 def test_search_finds_realtime_and_foreach(browser, base_url):
     for term, page in (("realTime", "references/real-time-mode/"), ("foreach", "references/lakebase-sink-python/")):
         browser.open(urljoin(base_url, "getting-started/"))
