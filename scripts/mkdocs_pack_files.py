@@ -143,3 +143,13 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return m.group(0)
 
     return _LINK_RE.sub(repl, markdown)
+
+
+_SPHINX_ROLE_RE = re.compile(r":(?:class|func|meth|attr|mod|exc|data|obj):(?=<code>)")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """API pages: drop Sphinx cross-reference roles (``:class:`X```) that docstrings use; keep the name."""
+    if page.file.src_uri.startswith("api/"):
+        return _SPHINX_ROLE_RE.sub("", html)
+    return html

@@ -302,6 +302,7 @@ def test_page_renders_in_the_browser(browser, base_url, path, source):
     elif source == "docs/api/lakebase_sink.md":
         assert state["heads"][0] == want[0] and "PostgresForeachWriter" in " ".join(
             browser.js("[...document.querySelectorAll('article h2, article h3')].map(h => h.textContent)"))
+        assert not re.search(r":(class|func|meth):", browser.js("document.querySelector('article').innerText"))
     else:
         assert state["heads"] == want
     assert state["blocks"] >= fenced_blocks(source), state
