@@ -266,3 +266,32 @@ def test_validate_reports_manifest_findings_with_a_clear_line(clone, tmp_path):
                            "--root", str(pack)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert ".cursor-plugin/plugin.json:" in proc.stdout and "PLUG004" in proc.stdout
+
+
+# --- the README's and the site's install steps name what the manifests define --------------------
+
+def _install_lines(rel: str) -> list[str]:
+    doc = parse(rel, (REPO / rel).read_text(encoding="utf-8"))
+    return [line.strip() for b in doc.blocks for line in b.lines
+            if line.strip().startswith(("/plugin ", "codex plugin", "python3 scripts/skills.py package"))]
+
+
+def test_readme_and_getting_started_give_the_same_install_commands():
+    readme, site = _install_lines("README.md"), _install_lines("docs/getting-started.md")
+    strip = [line.split("#")[0].strip() for line in readme]
+    assert strip == [line.split("#")[0].strip() for line in site] and len(strip) == 4, (readme, site)
+
+
+def test_install_commands_name_the_manifests_plugin_marketplace_and_repository():
+    import tomllib
+
+    repo_url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    claude_market = json.loads((REPO / ".claude-plugin/marketplace.json").read_text())
+    lines = _install_lines("README.md")
+    assert f"/plugin marketplace add {repo_url}.git" in lines
+    assert f"/plugin install {NAME}@{claude_market['name']}" in lines
+    assert f"codex plugin marketplace add {repo_url}.git" in lines
+    for rel in ("README.md", "docs/getting-started.md"):
+        text = (REPO / rel).read_text(encoding="utf-8")
+        for skills_dir in ("~/.claude/skills/", "~/.agents/skills/", "~/.cursor/skills/"):
+            assert f"cp -r dist/{NAME} {skills_dir}" in text, (rel, skills_dir)
