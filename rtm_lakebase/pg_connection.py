@@ -128,11 +128,25 @@ def parse_dsn(dsn: str) -> dict[str, str]:
     if "\x00" in dsn:
         raise ConnectionSettingsError("cannot parse the connection string: it contains a NUL character")
     try:
-        return conninfo_to_dict(dsn)
+        parts = conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        raise ConnectionSettingsError(
-            f"cannot parse the connection string: {_parse_problem(str(exc))} "
-            "(its text is not shown: it may hold a password)") from None
+        problem = _parse_problem(str(exc))
+    else:
+        if not _password_split_url(dsn):
+            return parts
+        problem = "an '@' after the host part of the URL (a '/' or '?' in a password must be percent-encoded)"
+    raise ConnectionSettingsError(
+        f"cannot parse the connection string: {problem} (its text is not shown: it may hold a password)")
+
+
+def _password_split_url(dsn: str) -> bool:
+    """``postgresql://u:pa/ss@h/db`` parses as host ``u`` and database ``ss@h/db``: refuse it."""
+    scheme, sep, rest = dsn.strip().partition("://")
+    if not sep or scheme.lower() not in ("postgres", "postgresql"):
+        return False
+    path = rest.split("?", 1)[0]
+    authority, slash, tail = path.partition("/")
+    return "@" not in authority and "@" in tail
 
 
 def _libpq_keywords() -> frozenset[str]:
