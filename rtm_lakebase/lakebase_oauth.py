@@ -54,6 +54,7 @@ def workspace_client() -> Any:
         return _client
 
 
+# --8<-- [start:lakebase_token]
 def lakebase_token(endpoint: str | None = None, *, instance_name: str | None = None) -> str:
     """A new Lakebase database credential (valid one hour) for the identity the SDK runs as.
 
@@ -78,3 +79,4 @@ def lakebase_token(endpoint: str | None = None, *, instance_name: str | None = N
     if not isinstance(token, str) or not token:
         raise LakebaseOAuthError(f"the Lakebase credential for {what} came back without a token")
     return token
+# --8<-- [end:lakebase_token]
