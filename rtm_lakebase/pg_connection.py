@@ -24,15 +24,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from rtm_lakebase.pg_tls import (SSLMODES, ConnectionSettingsError, TlsChoice, choose_sslmode,
-                                 warn_if_weak)
+from rtm_lakebase.pg_tls import SSLMODES, ConnectionSettingsError, TlsChoice, choose_sslmode, warn_if_weak
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class ConnectionSettings:
         return checked
 
     @classmethod
-    def from_dsn(cls, dsn: str, **overrides: Any) -> "ConnectionSettings":
+    def from_dsn(cls, dsn: str, **overrides: Any) -> ConnectionSettings:
         """Parse a URL (``postgresql://u:p@h:5432/db``) or ``key=value`` DSN; ``overrides`` win."""
         parts = parse_dsn(dsn)
         own = {f.name for f in fields(cls)} - {"extra", "password_provider"}
@@ -363,7 +363,7 @@ class ConnectionSettings:
     __str__ = __repr__
 
 
-def as_connection_settings(value: "ConnectionSettings | str") -> ConnectionSettings:
+def as_connection_settings(value: ConnectionSettings | str) -> ConnectionSettings:
     """Accept settings or a DSN string."""
     if isinstance(value, ConnectionSettings):
         return value

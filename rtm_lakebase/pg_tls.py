@@ -23,9 +23,9 @@ import configparser
 import ipaddress
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 log = logging.getLogger(__name__)
 

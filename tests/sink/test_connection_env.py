@@ -122,3 +122,15 @@ def test_settings_left_out_are_not_sent(monkeypatch):
     assert kwargs["sslmode"] == "disable"  # libpq's default host is a Unix socket here
     monkeypatch.setenv("PGHOST", "ep-x.database.cloud.databricks.com")
     assert ConnectionSettings().connect_kwargs()["sslmode"] == "require"
+
+
+def test_bad_environment_fails_open_at_once_without_retries(monkeypatch):
+    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.pg_connection import ConnectionSettingsError
+
+    monkeypatch.setenv("PGSSLMODE", "yes-please")
+    writer = PostgresForeachWriter(ConnectionSettings(host="127.0.0.1", port=1),
+                                   SinkSettings(table="t", max_retries=5, backoff_initial_ms=1000))
+    with pytest.raises(ConnectionSettingsError, match="PGSSLMODE"):
+        writer.open(0, 0)
+    assert writer.metrics.retries == 0

@@ -17,13 +17,19 @@ import traceback
 
 import psycopg
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 
 from pack_lab.local_postgres import free_port
 from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
-from rtm_lakebase.pg_connection import (ConnectionSettings, ConnectionSettingsError, as_connection_settings,
-                                        connect, parse_dsn)
+from rtm_lakebase.pg_connection import (
+    ConnectionSettings,
+    ConnectionSettingsError,
+    as_connection_settings,
+    connect,
+    parse_dsn,
+)
 
 SECRET = "Zq8Xv2Lk-Wm4Pt"  # distinctive: no 5-letter run of it occurs in normal text
 

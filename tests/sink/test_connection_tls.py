@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from rtm_lakebase.pg_connection import ConnectionSettings, ConnectionSettingsError
@@ -162,11 +163,11 @@ def test_bad_pgsslmode_is_a_settings_error(monkeypatch):
 # -- generated host lists: the oracle is written from libpq's documentation, apart from the module --
 
 LOOPBACK = st.one_of(
-    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255)).map(lambda t: "127.%d.%d.%d" % t),
+    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255)).map(lambda t: "127.{}.{}.{}".format(*t)),
     st.just("::1"), st.just("0:0:0:0:0:0:0:1"), st.just("::ffff:127.0.0.1"))
 REMOTE_IP = st.one_of(
     st.tuples(st.sampled_from([10, 192, 203, 8, 128, 126, 0]), st.integers(0, 255), st.integers(0, 255),
-              st.integers(1, 254)).map(lambda t: "%d.%d.%d.%d" % t),
+              st.integers(1, 254)).map(lambda t: "{}.{}.{}.{}".format(*t)),
     st.just("2001:db8::5"), st.just("::"))
 NAME = st.one_of(
     st.sampled_from(["localhost", "db.example.com", "ep-x.database.cloud.databricks.com", "localhost.",
@@ -210,3 +211,15 @@ def test_generated_host_lists(case, form):
     # What libpq gets says the same thing as what was analysed.
     seen = conninfo_to_dict(make_conninfo("", **{k: v for k, v in kwargs.items() if k != "password"}))
     assert seen["host"] == params["host"] and seen.get("hostaddr") == params.get("hostaddr")
+
+
+@pytest.mark.parametrize("field", ["dbname", "user", "application_name"])
+@pytest.mark.parametrize("hostile", ["postgresql://db.example.com/db?sslmode=disable",
+                                     "host=db.example.com sslmode=disable", "' host=db.example.com '"])
+def test_a_connection_string_inside_another_value_changes_nothing(field, hostile):
+    # psycopg hands libpq one quoted string: no value is expanded into parameters.
+    kwargs = ConnectionSettings(host="127.0.0.1", **{field: hostile}).connect_kwargs()
+    seen = conninfo_to_dict(make_conninfo("", **kwargs))
+    assert seen["host"] == "127.0.0.1" and seen["sslmode"] == "disable" and seen[field] == hostile
+    remote = ConnectionSettings(host="db.example.com", **{field: hostile}).connect_kwargs()
+    assert conninfo_to_dict(make_conninfo("", **remote))["sslmode"] == "require"
