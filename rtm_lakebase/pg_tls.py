@@ -10,7 +10,8 @@ compiled-in default (a Unix socket). For each host in the list, a non-empty
 folder (``/...`` or ``@...``) or a name/address looked up by the system.
 
 The rule: TLS may be off by default only when EVERY place the connection can
-go is a Unix socket or a numeric loopback address (``127.0.0.0/8``, ``::1``).
+go is a Unix socket or a numeric loopback address (``127.0.0.0/8``, ``::1``);
+a service that no readable file defines is refused rather than guessed.
 A host *name* is never trusted to be local, not even ``localhost`` or
 ``127.0.0.1.example.com``. An ``sslmode`` the user chose (parameter, service
 file or ``PGSSLMODE``) wins; one weaker than ``require`` for a server that is
@@ -87,17 +88,17 @@ def read_service(name: str, environ: Mapping[str, str]) -> dict[str, str] | None
 
 
 def resolve(params: Mapping[str, object], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``host``, ``hostaddr``, ``port``, ``sslmode`` as libpq will use them (absent ones stay absent).
-
-    Also ``__service_unknown__`` when a service is named that no readable file defines.
-    """
+    """``host``, ``hostaddr``, ``port``, ``sslmode`` as libpq will use them (absent ones stay absent)."""
     environ = os.environ if environ is None else environ
     found = {key: str(params[key]) for key in ENV_FALLBACK if params.get(key) is not None}
     service = params.get("service") or environ.get("PGSERVICE")
     if service:
         entries = read_service(str(service), environ)
-        if entries is None:
-            found.setdefault("__service_unknown__", "1")
+        if entries is None:  # libpq may know a compiled-in file we cannot see: refuse to guess its host
+            raise ConnectionSettingsError(
+                "the service named by service=/PGSERVICE is not in PGSERVICEFILE, ~/.pg_service.conf or "
+                "PGSYSCONFDIR/pg_service.conf, so where it connects cannot be checked: point PGSERVICEFILE "
+                "or PGSYSCONFDIR at its file, or give host and sslmode instead")
         else:
             for key in ENV_FALLBACK:
                 if key in entries and key not in found:
@@ -145,7 +146,7 @@ def choose_sslmode(params: Mapping[str, object], environ: Mapping[str, str] | No
     """The sslmode to pass: the user's if they chose one, else ``disable`` only for a local server."""
     resolved = resolve(params, environ)
     places = targets(resolved)
-    local = all(is_local for _, is_local in places) and "__service_unknown__" not in resolved
+    local = all(is_local for _, is_local in places)
     names = tuple(name for name, _ in places)
     if "sslmode" in resolved:
         mode = resolved["sslmode"]

@@ -107,7 +107,8 @@ def test_a_service_file_names_the_server(monkeypatch, tmp_path):
     assert sslmode("service=local user=u") == "disable"
     assert sslmode("service=strict user=u") == "verify-full"  # its sslmode is the user's choice
     assert sslmode("service=remote host=127.0.0.1 user=u") == "disable"  # parameters beat the file
-    assert sslmode("service=nowhere user=u") == "require"  # not found here: cannot prove it local
+    with pytest.raises(ConnectionSettingsError, match="PGSERVICEFILE"):  # cannot be checked: refused
+        sslmode("service=nowhere user=u")
     monkeypatch.setenv("PGSERVICE", "remote")
     assert ConnectionSettings(user="u").connect_kwargs()["sslmode"] == "require"
 
