@@ -208,3 +208,19 @@ def _wait(condition, timeout=30.0):
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_a_failing_token_source_fails_open_at_once(monkeypatch):
+    class Down:
+        class postgres:  # noqa: N801 - mimics the attribute
+            @staticmethod
+            def generate_database_credential(**kwargs):
+                raise TimeoutError("workspace unreachable after the SDK's own retries")
+
+    monkeypatch.setattr(lakebase_oauth, "_client", Down())
+    settings = ConnectionSettings(host="127.0.0.1", port=1, user="sp",
+                                  password_provider=functools.partial(lakebase_token, ENDPOINT))
+    writer = PostgresForeachWriter(settings, SinkSettings(table="t", max_retries=5, backoff_initial_ms=1000))
+    with pytest.raises(LakebaseOAuthError, match="unreachable"):
+        writer.open(0, 0)
+    assert writer.metrics.retries == 0
