@@ -50,7 +50,11 @@ def workspace_client() -> Any:
                 raise LakebaseOAuthError(
                     "lakebase_token needs the databricks-sdk package where the writer runs (every "
                     "executor): install the 'lakebase' extra of rtm_lakebase or databricks-sdk itself") from None
-            _client = WorkspaceClient()
+            try:
+                _client = WorkspaceClient()
+            except Exception as exc:  # no usable Databricks authentication in this process
+                raise LakebaseOAuthError(f"databricks-sdk found no usable authentication here: "
+                                         f"{type(exc).__name__}: {exc}") from None
         return _client
 
 

@@ -224,3 +224,15 @@ def test_a_failing_token_source_fails_open_at_once(monkeypatch):
     with pytest.raises(LakebaseOAuthError, match="unreachable"):
         writer.open(0, 0)
     assert writer.metrics.retries == 0
+
+
+def test_no_databricks_authentication_is_a_clear_error(monkeypatch):
+    import databricks.sdk
+
+    def no_auth():
+        raise ValueError("default auth: cannot configure default credentials")
+
+    monkeypatch.setattr(lakebase_oauth, "_client", None)
+    monkeypatch.setattr(databricks.sdk, "WorkspaceClient", no_auth)
+    with pytest.raises(LakebaseOAuthError, match="no usable authentication.*default credentials"):
+        lakebase_token(ENDPOINT)
