@@ -32,7 +32,7 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from rtm_lakebase.pg_tls import SSLMODES, ConnectionSettingsError, TlsChoice, choose_sslmode, warn_if_weak
+from rtm_lakebase.pg_tls import SSLMODES, ConnectionSettingsError, TlsChoice, choose_sslmode, targets, warn_if_weak
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _password_split_url(dsn: str) -> bool:
     if not sep or scheme.lower() not in ("postgres", "postgresql"):
         return False
     path = rest.split("?", 1)[0]
-    authority, slash, tail = path.partition("/")
+    authority, _, tail = path.partition("/")
     return "@" not in authority and "@" in tail
 
 
@@ -242,6 +242,8 @@ class ConnectionSettings:
         if self.password_provider is not None and not callable(self.password_provider):
             raise ConnectionSettingsError("password_provider must be callable (a module-level function)")
         object.__setattr__(self, "extra", self._checked_extra(self.extra))
+        given = {key: str(getattr(self, key)) for key in ("host", "hostaddr", "port") if getattr(self, key)}
+        targets(given)  # host, hostaddr and port lists that libpq cannot pair: refused here, on the driver
 
     @staticmethod
     def _checked_extra(extra: Mapping[str, str]) -> dict[str, str]:

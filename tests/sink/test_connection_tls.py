@@ -147,8 +147,9 @@ def test_no_warning_for_strong_or_local(caplog):
 @pytest.mark.parametrize("build", [
     lambda: ConnectionSettings(host="h", sslmode="requir"),
     lambda: ConnectionSettings.from_dsn("host=h sslmode=bogus"),
-    lambda: ConnectionSettings(host="a,b", hostaddr="127.0.0.1,127.0.0.2,127.0.0.3").connect_kwargs(),
-    lambda: ConnectionSettings(host="a,b,c", port="1,2").connect_kwargs(),
+    lambda: ConnectionSettings(host="a,b", hostaddr="127.0.0.1,127.0.0.2,127.0.0.3"),
+    lambda: ConnectionSettings(host="a,b,c", port="1,2"),
+    lambda: ConnectionSettings.from_dsn("postgresql://u@a:1,b:2,c:3/db?port=1,2"),
 ])
 def test_impossible_tls_or_host_settings_are_settings_errors(build):
     with pytest.raises(ConnectionSettingsError):
