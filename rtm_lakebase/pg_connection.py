@@ -260,8 +260,8 @@ class ConnectionSettings:
                 raise ConnectionSettingsError(f"extra must not set {key!r}: it is a field of ConnectionSettings")
             if not isinstance(key, str) or key not in known:
                 raise ConnectionSettingsError("extra holds a name that is not a libpq connection parameter")
-            _check_text(f"extra[{key!r}]", value)
-            checked[key] = value
+            _check_text(f"extra[{key!r}]", value.reveal() if isinstance(value, Secret) else value)
+            checked[key] = Secret(value) if key in SECRET_PARAMS else value  # e.g. sslpassword
         return checked
 
     @classmethod
@@ -301,7 +301,7 @@ class ConnectionSettings:
             "keepalives_idle": self.keepalives_idle, "keepalives_interval": self.keepalives_interval,
             "keepalives_count": self.keepalives_count,
         }
-        params.update(self.extra)
+        params.update((key, value) for key, value in self.extra.items() if not isinstance(value, Secret))
         return {key: value for key, value in params.items() if value is not None}
 
     def tls(self) -> TlsChoice:
@@ -328,6 +328,7 @@ class ConnectionSettings:
         choice = choose_sslmode(params)
         warn_if_weak(choice)
         params["sslmode"] = choice.sslmode
+        params.update((key, value.reveal()) for key, value in self.extra.items() if isinstance(value, Secret))
         password = self.resolve_password()
         if password:
             params["password"] = password

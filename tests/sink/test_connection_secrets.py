@@ -218,3 +218,16 @@ def test_failed_reconnect_mid_stream_carries_no_secret(pg_server, caplog):
     assert "password authentication failed" in str(info.value)
     assert_no_part(first, *texts_of(info.value), caplog.text, repr(w), pickle.dumps(info.value).decode("latin-1"))
     assert_no_part(second, caplog.text)
+
+
+def test_secret_libpq_parameters_in_extra_are_kept_as_secrets():
+    import dataclasses
+
+    settings = ConnectionSettings.from_dsn(f"host=db.example.com sslpassword={SECRET} user=u")
+    assert settings.connect_kwargs()["sslpassword"] == SECRET  # libpq still gets it
+    for text in (repr(settings), str(dataclasses.asdict(settings)), str(vars(settings)), settings.describe()):
+        assert_no_part(SECRET, text)
+    by_parts = ConnectionSettings(host="h", extra={"oauth_client_secret": SECRET})
+    assert by_parts.connect_kwargs()["oauth_client_secret"] == SECRET
+    assert_no_part(SECRET, str(vars(by_parts)))
+    assert pickle.loads(pickle.dumps(by_parts)).connect_kwargs()["oauth_client_secret"] == SECRET
