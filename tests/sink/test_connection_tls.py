@@ -197,9 +197,18 @@ def server_lists(draw):
 
 
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(server_lists(), st.sampled_from(["parts", "keyword", "uri-query"]))
-def test_generated_host_lists(case, form):
+@given(server_lists(), st.sampled_from(["parts", "keyword", "uri-query", "environment"]))
+def test_generated_host_lists(monkeypatch, case, form):
     params, expected_local = case
+    monkeypatch.delenv("PGHOST", raising=False)
+    monkeypatch.delenv("PGHOSTADDR", raising=False)
+    if form == "environment":
+        monkeypatch.setenv("PGHOST", params["host"])
+        if "hostaddr" in params:
+            monkeypatch.setenv("PGHOSTADDR", params["hostaddr"])
+        kwargs = ConnectionSettings(user="u").connect_kwargs()
+        assert kwargs["sslmode"] == ("disable" if expected_local else "require"), params
+        return
     if form == "parts":
         settings_ = ConnectionSettings(**params)
     elif form == "keyword":
