@@ -267,7 +267,7 @@ def fetch(url: str) -> tuple[int, str]:
 COPY = "pre .md-code__button[data-md-type=copy], pre .md-clipboard"
 
 PAGE_STATE = """(() => {
-  const COPY = '%s';
+  const COPY = '__COPY__';
   const article = document.querySelector('article.md-content__inner');
   const heads = [...article.querySelectorAll('h1, h2')].map(h => h.textContent.replace('¶', '').trim());
   const blocks = [...article.querySelectorAll('div.highlight')];
@@ -282,7 +282,7 @@ PAGE_STATE = """(() => {
     copy: blocks.filter(b => b.querySelector(COPY)).length,
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
   };
-})()""" % COPY
+})()""".replace("__COPY__", COPY)
 
 
 @pytest.mark.parametrize("path, source", pages(), ids=[slug(p) for p, _ in pages()])
