@@ -46,6 +46,8 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
   echo "$stamp_py" > .venv/.setup-stamp
 fi
 
+source "$PACK_ROOT/scripts/build_jvm_sink.sh"  # the JVM sink jar and the Postgres JDBC driver
+
 # --- Node tools (markdownlint) ---------------------------------------------------
 NEED_NODE="${PACK_NEED_NODE:-1}"
 if [ "$NEED_NODE" = "1" ]; then
