@@ -359,9 +359,11 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
                            exchanges=1 if options.pipeline == "dedup" else 0)
     log(f"[demo] the query needs {shape.required_slots} task slots ({options.partitions} source "
         f"+ {sum(shape.shuffle_stages)} shuffle partitions); starting Spark")
-    extra = {"spark.jars": ",".join(jars)} if jars else {}
     spark = build_session(cores=shape.required_slots, shuffle_partitions=options.shuffle_partitions or 1,
-                          app_name="rtm-demo", extra_conf=extra)
+                          app_name="rtm-demo", jars=jars or None)
+    # Stopping a query aborts its tasks, which Spark logs as errors with stack traces; the demo
+    # reports failures itself (query.exception()), so keep the terminal to its own lines.
+    spark.sparkContext.setLogLevel("OFF")
     # getOrCreate may hand back a session that was already running: check its real slots.
     local = check_local(shape, local_cores(spark))
     if not local.fits:

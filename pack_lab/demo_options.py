@@ -44,10 +44,13 @@ class Range:
     hi_open: bool = False
 
     def describe(self) -> str:
+        def show(value: float) -> str:
+            return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
         kind = "a whole number" if self.integer else "a number"
-        top = f"below {self.hi:g}" if self.hi_open else f"{self.hi:g}"
+        top = f"below {show(self.hi)}" if self.hi_open else show(self.hi)
         unit = f" {self.unit}" if self.unit else ""
-        return f"{kind} from {self.lo:g} to {top}{unit}"
+        return f"{kind} from {show(self.lo)} to {top}{unit}"
 
     def parse(self, flag: str, text: str) -> float | int:
         raw = str(text).strip()
