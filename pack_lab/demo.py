@@ -396,7 +396,7 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> li
             continue
         try:
             results.append(run_path(spark, options, dsn, path, log))
-        except (DemoEnvironmentError, Interrupted):
+        except DemoEnvironmentError:
             raise
         except Exception as exc:  # the query died, the simulator failed: report, go on
             log(f"[demo {path}] failed: {_one_line(exc)}")
@@ -506,9 +506,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 with shielded(err):  # Spark and the throwaway Postgres go, even on a second Ctrl-C
                     stack.close()
-    except Interrupted as exc:
-        err(f"stopped by {exc}; cleaned up (tables dropped unless --keep-table, checkpoints removed)")
-        return exc.exit_code
+    except KeyboardInterrupt as exc:  # Interrupted, or PySpark's own SIGINT handler once Spark runs
+        name, code = (str(exc), exc.exit_code) if isinstance(exc, Interrupted) else ("SIGINT", 130)
+        err(f"stopped by {name}; cleaned up (tables dropped unless --keep-table, checkpoints removed)")
+        return code
     except (PostgresCheckFailed, PostgresUnavailable, RealTimeModeUnavailable,
             DemoEnvironmentError) as exc:
         err(f"cannot run: {_one_line(exc)}")
