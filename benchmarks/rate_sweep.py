@@ -61,6 +61,9 @@ CORES = 2
 TARGET = {"path": "rtm-jvm", "rate": 1000, "p50_ms": 20, "p99_ms": 100}
 #: Rows per ``add()`` when feeding as fast as the source accepts.
 MAX_CHUNK = 500
+#: Calibration: seconds of counting after an unpaced feed, and the share of the ceiling run as "max".
+CALIBRATION_TAIL_S = 3.0
+MAX_SHARE = 0.9
 
 Log = Callable[[str], None]
 
@@ -137,8 +140,13 @@ def feed(source, rate: int | str, seconds: float, progress: Callable[[int], None
 
 
 def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, trigger: str,
-              dwell_ms: int, batch_rows: int, warmup: float, log: Log = _log) -> dict[str, Any]:
-    """One path at one rate: fresh table and query, feed, drain, measure, clean up."""
+              dwell_ms: int, batch_rows: int, warmup: float, log: Log = _log,
+              calibrate: bool = False) -> dict[str, Any]:
+    """One path at one rate: fresh table and query, feed, drain, measure, clean up.
+
+    ``calibrate``: feed as fast as the source accepts and return the rows per second that
+    reached Postgres (no drain, no percentiles).
+    """
     import psycopg
     from psycopg import sql
 
@@ -170,8 +178,15 @@ def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, tr
             time.sleep(0.1)
         if not query.isActive:
             raise RuntimeError(f"query died during warm-up: {str(query.exception()).splitlines()[0]}")
+        started = time.monotonic()
         sent, fed_s = feed(source, rate, seconds,
                            lambda n: log(f"  {path} @ {rate}: sent {n}, landed {_count(conn, table)}"))
+        if calibrate:  # the backlog keeps the path saturated: what lands per second is its ceiling
+            time.sleep(CALIBRATION_TAIL_S)
+            landed = _count(conn, table)
+            elapsed = time.monotonic() - started
+            return {"path": path, "seconds": round(elapsed, 2), "rows_sent": sent,
+                    "rows_landed": landed, "rows_per_s": round(landed / elapsed, 1)}
         drain_deadline = time.monotonic() + trigger_s * 2 + 20
         landed = _count(conn, table)
         while landed < sent and time.monotonic() < drain_deadline:
@@ -238,10 +253,33 @@ def sweep(spark, dsn: str, *, paths: list[str], rates: list[int | str], seconds:
         "dwell_ms": dwell_ms, "batch_rows": batch_rows, "percentile_method": "nearest-rank",
         "points": [],
     }
+    requested = list(rates)
+    if "max" in rates:
+        # The highest rate the lab source sustains: feed it unpaced into the fastest path
+        # (the JVM sink when there is one), count what reaches Postgres per second, then
+        # run every path at MAX_SHARE of that ceiling.
+        probe = "rtm-jvm" if "rtm-jvm" in paths and not jvm_why_not else "microbatch"
+        log(f"calibrating the source's ceiling with {probe}, unpaced for {seconds:g} s")
+        try:
+            calibration = run_point(spark, dsn, probe, "max", seconds=seconds, trigger=trigger,
+                                    dwell_ms=dwell_ms, batch_rows=batch_rows, warmup=warmup, log=log,
+                                    calibrate=True)
+        except Exception as exc:
+            calibration = {"path": probe, "rows_per_s": 0.0, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            log(f"  calibration failed: {calibration['error']}")
+        ceiling = calibration["rows_per_s"]
+        max_rate = max(100, int(ceiling * MAX_SHARE) // 100 * 100)
+        calibration.update(max_share=MAX_SHARE, max_rate=max_rate)
+        results["calibration"] = calibration
+        log(f"  the source sustained {ceiling:.0f} rows/s into Postgres: 'max' runs at {max_rate} rows/s")
+        rates = [max_rate if r == "max" else r for r in rates]
+        results["max_rate"] = max_rate
+    numeric = {r for r in requested if r != "max"}
     for path in paths:
         for rate in rates:
             if path == "rtm-jvm" and jvm_why_not:
-                results["points"].append({"path": path, "rate": rate, "skipped": jvm_why_not})
+                results["points"].append({"path": path, "rate": rate, "skipped": jvm_why_not,
+                                          **({"is_max": True} if rate not in numeric else {})})
                 log(f"{path} @ {rate}: skipped ({jvm_why_not})")
                 continue
             log(f"{path} @ {rate} rows/s for {seconds:g} s")
@@ -256,6 +294,8 @@ def sweep(spark, dsn: str, *, paths: list[str], rates: list[int | str], seconds:
                 log(f"  {point['rows_landed']}/{point['rows_sent']} rows, offered "
                     f"{point['offered_rows_per_s']:.0f}/s, sustained {point['sustained_rows_per_s']:.0f}/s, "
                     f"visible p50 {vis.get('p50', '-')} p99 {vis.get('p99', '-')} ms")
+            if rate == results.get("max_rate") and rate not in numeric:
+                point["is_max"] = True
             results["points"].append(point)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0,)
     results["machine"]["load_average_1m_at_end"] = round(load[0], 2)
@@ -276,8 +316,9 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     for p in results["points"]:
         label = PATH_LABELS.get(p["path"], p["path"])
+        rate = f"max ({p['rate']})" if p.get("is_max") else str(p["rate"])
         if "visible" not in p:
-            rows.append([label, str(p["rate"]), "-", "-", "-", p.get("skipped") or p.get("error", "-")]
+            rows.append([label, rate, "-", "-", "-", p.get("skipped") or p.get("error", "-")]
                         + ["-"] * 5)
             continue
         vis, eng = p["visible"], p["engine"]
@@ -285,7 +326,7 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
         def ms(stats: dict[str, Any], key: str) -> str:
             return f"{stats[key]:.0f}" if key in stats else "-"
 
-        rows.append([label, str(p["rate"]), f"{p['offered_rows_per_s']:.0f}",
+        rows.append([label, rate, f"{p['offered_rows_per_s']:.0f}",
                      f"{p['sustained_rows_per_s']:.0f}", f"{p['rows_landed']}/{p['rows_sent']}",
                      ms(vis, "p50"), ms(vis, "p95"), ms(vis, "p99"), ms(vis, "max"),
                      ms(eng, "p50"), ms(eng, "p99")])
