@@ -102,12 +102,13 @@ def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
         ax.set_xlabel("offered input rate (rows/s)")
         ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
     axes[0].set_ylabel("sent → visible in Postgres (ms, log scale)")
-    axes[0].legend(loc="upper left", fontsize=7, frameon=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels) or 1, fontsize=8, frameon=False)
     machine = results.get("machine", {})
     fig.suptitle(f"Rate sweep into Postgres — {machine.get('cores', '?')} cores, "
                  f"{machine.get('spark_master', '')}, pyspark {machine.get('pyspark', '?')}, "
                  f"trigger {results.get('trigger', '?')} ({results.get('date', '')})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return _save(fig, out)
 
 

@@ -18,7 +18,8 @@ Per point it reports **sink-visible latency** — the Postgres commit time of
 the row's transaction (``track_commit_timestamp``; on a server without it,
 the insert-time clock inside that transaction) minus the producer's send time —
 as nearest-rank p50/p95/p99/max, **engine latency** (the per-row JVM clock
-column of ``pack_lab/latency_probe.py`` minus the send time), and the
+column of ``pack_lab/latency_probe.py`` minus the send time), the **sink leg**
+(visible minus that JVM clock: what the sink itself adds), and the
 sustained rate (rows landed / seconds from the first send to the last commit).
 It prints the verdict on the target: JVM sink under real-time mode at 1,000
 rows/s with p99 ≤ 100 ms and p50 ≤ 20 ms. Run::
@@ -217,12 +218,14 @@ def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, tr
                             .format(sql.Identifier(table))).fetchall()
     visible = [r[2] - r[0] for r in rows]
     engine = [r[1] - r[0] for r in rows if r[1] is not None]
+    sink = [r[2] - r[1] for r in rows if r[1] is not None]
     span_s = (max(r[2] for r in rows) - min(r[0] for r in rows)) / 1000 if rows else 0.0
     point.update({
         "seconds": round(fed_s, 2), "rows_sent": sent, "rows_landed": len(rows),
         "offered_rows_per_s": round(sent / fed_s, 1) if fed_s else 0.0,
         "sustained_rows_per_s": round(len(rows) / span_s, 1) if span_s > 0 else 0.0,
-        "visible": summarize(visible), "engine": summarize(engine), "clock": clock_name,
+        "visible": summarize(visible), "engine": summarize(engine), "sink": summarize(sink),
+        "clock": clock_name,
     })
     return point
 
@@ -324,7 +327,7 @@ def sweep(spark, dsn: str, *, paths: list[str], rates: list[int | str], seconds:
 
 
 COLUMNS = ("path", "rate", "offered/s", "sustained/s", "rows", "visible p50", "p95", "p99", "max",
-           "engine p50", "engine p99")
+           "engine p50", "engine p99", "sink p50", "sink p99")
 PATH_LABELS = {"rtm-python": "RTM + Python foreach", "rtm-jvm": "RTM + JVM sink",
                "microbatch": "micro-batch + Python foreach"}
 
@@ -336,9 +339,9 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
         rate = f"max ({p['rate']})" if p.get("is_max") else str(p["rate"])
         if "visible" not in p:
             rows.append([label, rate, "-", "-", "-", p.get("skipped") or p.get("error", "-")]
-                        + ["-"] * 5)
+                        + ["-"] * 7)
             continue
-        vis, eng = p["visible"], p["engine"]
+        vis, eng, sink = p["visible"], p["engine"], p.get("sink", {})
 
         def ms(stats: dict[str, Any], key: str) -> str:
             return f"{stats[key]:.0f}" if key in stats else "-"
@@ -346,7 +349,7 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
         rows.append([label, rate, f"{p['offered_rows_per_s']:.0f}",
                      f"{p['sustained_rows_per_s']:.0f}", f"{p['rows_landed']}/{p['rows_sent']}",
                      ms(vis, "p50"), ms(vis, "p95"), ms(vis, "p99"), ms(vis, "max"),
-                     ms(eng, "p50"), ms(eng, "p99")])
+                     ms(eng, "p50"), ms(eng, "p99"), ms(sink, "p50"), ms(sink, "p99")])
     return rows
 
 

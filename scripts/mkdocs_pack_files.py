@@ -25,6 +25,7 @@ _PUBLISHED = (
     "benchmarks/*.py",
     "benchmarks/*.md",
     "benchmarks/results/*.json",
+    "benchmarks/results/*.png",
     "tests/*.py",
     "tests/*/*.py",
     "tests/data/*.json",

@@ -25,7 +25,7 @@ def check_shape(results: dict) -> None:
         if "visible" not in point:
             assert point.get("skipped") or point.get("error"), point
             continue
-        for leg in ("visible", "engine"):
+        for leg in ("visible", "engine", "sink"):
             stats = point[leg]
             assert stats["count"] == point["rows_landed"]
             assert stats["min"] <= stats["p50"] <= stats["p95"] <= stats["p99"] <= stats["max"]
