@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -115,6 +116,17 @@ def jvm_sink_jars() -> tuple[list[str], str | None]:
     if missing:
         return [], f"the JVM sink jar is missing: {missing[0]} (run bash scripts/setup.sh)"
     return jars, None
+
+
+def jvm_dsn_problem(dsn: str) -> str | None:
+    """Why the JVM sink cannot use ``dsn`` (e.g. a Unix-socket host), or ``None``; never the secret."""
+    from rtm_lakebase.jvm_sink import jdbc_url
+
+    try:
+        jdbc_url(dsn)
+    except Exception as exc:  # ValueError for what JDBC cannot do; a settings error for a bad DSN
+        return f"the JVM sink cannot use PG_DSN: {_one_line(exc)}"
+    return None
 
 
 def session_has_jars(spark, jars: list[str]) -> bool:
@@ -388,6 +400,9 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> li
             raise RuntimeError(local.message)
     if jars and not session_has_jars(spark, jars):
         jars, why_not = [], "the running SparkSession was started without the JVM sink jar"
+    if jars:
+        why_not = jvm_dsn_problem(dsn)
+        jars = [] if why_not else jars
     results = []
     for path in options.paths:
         if path == "rtm-jvm" and not jars:
@@ -487,6 +502,9 @@ def stop_spark() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)  # exits 2 with one line on a bad flag, before anything starts
+    # A signal that lands inside a py4j call breaks that call's socket; py4j then logs the
+    # broken connection with a stack trace. The demo reports what happened in one line itself.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     from pack_lab.local_postgres import PostgresUnavailable, postgres_dsn
     from pack_lab.pg_preflight import PostgresCheckFailed, check_postgres
     from pack_lab.rtm_lab import RealTimeModeUnavailable

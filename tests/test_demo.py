@@ -339,3 +339,11 @@ def test_too_few_slots_in_the_running_session_fails_before_any_table(spark, pg_d
     with pytest.raises(RuntimeError, match="CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT|slot"):
         demo.run_demo(options, pg_dsn, log=lambda _line: None, spark=spark)
     assert set(demo_tables(pg_conn)) == before
+
+
+@pytest.mark.parametrize("dsn", ["host=/var/run/postgresql dbname=x user=y password=" + SECRET,
+                                 "host=127.0.0.1 dbname=x password=" + SECRET + " service=nope"])
+def test_a_dsn_the_jvm_sink_cannot_use_skips_that_path_with_the_reason(dsn):
+    why = demo.jvm_dsn_problem(dsn)
+    assert why and why.startswith("the JVM sink cannot use PG_DSN") and SECRET not in why
+    assert demo.jvm_dsn_problem("host=127.0.0.1 port=5432 dbname=x user=y password=" + SECRET) is None
