@@ -26,25 +26,22 @@ match, 2 bad arguments or environment, 128+N stopped by signal N.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from pack_lab.demo_options import PATH_TITLES, DemoOptions, parse_args
-from pack_lab.interrupts import Interrupted, interrupts_raise, shielded
+from pack_lab.demo_report import (CHART_NAME, REPORT_NAME, PathResult, format_notes,  # noqa: F401
+                                  format_table, overall_ok, write_chart, write_report)
+from pack_lab.interrupts import Interrupted, interrupts_raise, reclaim, shielded
 
 #: Exit codes: 0 all rows verified, 1 the run failed or the table does not match, 2 bad arguments/environment.
 EXIT_OK, EXIT_MISMATCH, EXIT_ENV = 0, 1, 2
 
-ROOT = Path(__file__).resolve().parent.parent
-REPORT_NAME = "demo-report.json"
-CHART_NAME = "demo-latency.png"
 CHECKPOINT_PREFIX = "rtm-demo-checkpoint-"
 TABLE_PREFIX = "rtm_demo_"
 
@@ -218,35 +215,6 @@ def latency_summary(values: list[int]) -> dict[str, float]:
     return {k: summary[k] for k in ("count", "p50", "p95", "p99", "max") if k in summary}
 
 
-@dataclass
-class PathResult:
-    path: str
-    title: str
-    rows_sent: int = 0
-    duplicates_sent: int = 0
-    distinct_sent: int = 0
-    rows_in_table: int = 0
-    missing: int = 0
-    unexpected: int = 0
-    duplicated: int = 0
-    seconds: float = 0.0
-    latency: dict[str, float] = field(default_factory=dict)
-    engine: dict[str, float] = field(default_factory=dict)
-    clock: str = ""
-    skipped: str | None = None
-    error: str | None = None
-
-    @property
-    def ran(self) -> bool:
-        return self.skipped is None
-
-    @property
-    def ok(self) -> bool:
-        return (self.skipped is None and self.error is None and self.missing == 0
-                and self.unexpected == 0 and self.duplicated == 0
-                and self.rows_in_table == self.distinct_sent)
-
-
 def _drop_table(dsn: str, table: str, log: Log) -> None:
     import psycopg
     from psycopg import sql
@@ -361,6 +329,10 @@ def _one_line(value: object) -> str:
 # ------------------------------------------------------------------ the whole run
 
 
+#: The session start_session() started in this process (stop_spark() stops it).
+_started: list = []
+
+
 def start_session(options: DemoOptions, jars: list[str], log: Log = print):
     """The local session sized for the query (and carrying the JVM sink jar when there is one)."""
     from pack_lab.rtm_lab import build_session, local_cores
@@ -371,11 +343,18 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
                            exchanges=1 if options.pipeline == "dedup" else 0)
     log(f"[demo] the query needs {shape.required_slots} task slots ({options.partitions} source "
         f"+ {sum(shape.shuffle_stages)} shuffle partitions); starting Spark")
+    from pyspark.sql import SparkSession
+
+    already_running = SparkSession.getActiveSession() is not None
     spark = build_session(cores=shape.required_slots, shuffle_partitions=options.shuffle_partitions or 1,
                           app_name="rtm-demo", jars=jars or None)
+    reclaim()  # PySpark replaced the SIGINT handler; Ctrl-C must clean up like SIGTERM does
+    if not already_running:
+        _started.append(spark)
     # Stopping a query aborts its tasks, which Spark logs as errors with stack traces; the demo
     # reports failures itself (query.exception()), so keep the terminal to its own lines.
-    spark.sparkContext.setLogLevel("OFF")
+    if not already_running:
+        spark.sparkContext.setLogLevel("OFF")
     # getOrCreate may hand back a session that was already running: check its real slots.
     local = check_local(shape, local_cores(spark))
     if not local.fits:
@@ -419,82 +398,12 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> li
     return results
 
 
-def format_table(results: list[PathResult]) -> str:
-    """The side-by-side table (fixed width)."""
-    header = ["path", "sent", "distinct", "in table", "missing", "dup'd",
-              "p50 ms", "p95 ms", "p99 ms", "max ms", "engine p50", "result"]
-    rows = [header]
-    for res in results:
-        if not res.ran or res.error:
-            rows.append([res.title, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
-                         "skipped" if not res.ran else "FAILED"])
-            continue
-        lat, eng = res.latency, res.engine
-
-        def ms(values: dict[str, float], key: str) -> str:
-            return f"{values[key]:.0f}" if key in values else "-"
-
-        rows.append([res.title, str(res.rows_sent), str(res.distinct_sent), str(res.rows_in_table),
-                     str(res.missing), str(res.duplicated), ms(lat, "p50"), ms(lat, "p95"),
-                     ms(lat, "p99"), ms(lat, "max"), ms(eng, "p50"), "OK" if res.ok else "MISMATCH"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                               for i, (cell, w) in enumerate(zip(row, widths))) for row in rows)
-
-
-def format_notes(results: list[PathResult]) -> list[str]:
-    notes = []
-    clocks = {res.clock for res in results if res.clock}
-    if clocks:
-        notes.append("latency: sent → visible in Postgres, by the server's " + " / ".join(sorted(clocks))
-                     + "; engine: sent → the per-row JVM clock inside the query")
-    for res in results:
-        if res.skipped:
-            notes.append(f"{res.title}: skipped — {res.skipped}")
-        if res.error:
-            notes.append(f"{res.title}: FAILED — {res.error}")
-    return notes
-
-
-def overall_ok(results: list[PathResult]) -> bool:
-    ran = [res for res in results if res.ran]
-    return bool(ran) and all(res.ok for res in ran)
-
-
-def write_report(results: list[PathResult], options: DemoOptions, out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = {
-        "demo": "rtm-three-ways",
-        "options": {k: v for k, v in asdict(options).items() if k != "output_dir"},
-        "ok": overall_ok(results),
-        "paths": [dict(asdict(res), ok=res.ok) for res in results],
-    }
-    path = out_dir / REPORT_NAME
-    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def write_chart(report_path: Path, out_dir: Path) -> tuple[Path | None, str | None]:
-    """Render the latency chart from the JSON report; ``(None, why)`` when it cannot."""
-    try:
-        from benchmarks.charts import render_demo_chart
-    except ImportError as exc:
-        return None, f"no chart: {exc} (install the dev dependencies: bash scripts/setup.sh)"
-    chart = out_dir / CHART_NAME
-    try:
-        render_demo_chart(json.loads(report_path.read_text(encoding="utf-8")), chart)
-    except Exception as exc:  # a chart is a convenience: never lose the run over it
-        return None, f"no chart: {_one_line(exc)}"
-    return chart, None
-
-
 def stop_spark() -> None:
-    """Stop the session this process started (Spark removes its own temporary folders)."""
-    if "pyspark.sql" not in sys.modules:
-        return
-    from pyspark.sql import SparkSession
+    """Stop the session :func:`start_session` started, if any (Spark removes its temporary folders).
 
-    session = SparkSession.getActiveSession()
+    A session the caller passed in (e.g. the test suite's) is never stopped here.
+    """
+    session = _started.pop() if _started else None
     if session is not None:
         with contextlib.suppress(Exception):
             session.stop()
@@ -502,9 +411,21 @@ def stop_spark() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)  # exits 2 with one line on a bad flag, before anything starts
-    # A signal that lands inside a py4j call breaks that call's socket; py4j then logs the
-    # broken connection with a stack trace. The demo reports what happened in one line itself.
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    # A signal that lands inside a py4j call breaks that call's socket;
+    # py4j (and PySpark through the root logger) then logs the broken connection with a stack
+    # trace. The demo reports what happened in one line itself.
+    loggers = [logging.getLogger(name) for name in ("py4j", "")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        return _run(options)
+    finally:  # in-process callers (tests) get their logging back
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _run(options: DemoOptions) -> int:
     from pack_lab.local_postgres import PostgresUnavailable, postgres_dsn
     from pack_lab.pg_preflight import PostgresCheckFailed, check_postgres
     from pack_lab.rtm_lab import RealTimeModeUnavailable

@@ -35,18 +35,35 @@ def _raise(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
+_active = 0  # how many interrupts_raise() blocks are open
+
+
+def reclaim() -> None:
+    """Put this module's handlers back inside :func:`interrupts_raise` (a library replaced one).
+
+    PySpark installs its own SIGINT handler when a SparkContext starts; it calls the JVM
+    from inside the handler, which breaks a py4j call already in progress.
+    """
+    if _active and threading.current_thread() is threading.main_thread():
+        for sig in HANDLED:
+            signal.signal(sig, _raise)
+
+
 @contextlib.contextmanager
 def interrupts_raise() -> Iterator[None]:
     """Inside the block, SIGINT/SIGTERM/SIGHUP raise :class:`Interrupted` (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _active
     previous = {sig: signal.getsignal(sig) for sig in HANDLED}
     for sig in HANDLED:
         signal.signal(sig, _raise)
+    _active += 1
     try:
         yield
     finally:
+        _active -= 1
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
