@@ -8,6 +8,8 @@ with no further rows, and the password kept out of every message.
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -194,24 +196,30 @@ def test_stop_mid_batch_then_restart_replays_rows_harmlessly(jvm_spark, pg_dsn, 
 
 @pytest.mark.slow
 def test_restart_from_checkpoint_resumes_after_the_committed_rows(jvm_spark, pg_dsn, pg_conn, table_name,
-                                                                 checkpoint):
+                                                                 checkpoint, tmp_path):
     make_table(pg_conn, table_name)
     add_audit(pg_conn, table_name)
-    source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
-    first = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, version_column="version")
-    try:
-        source.add(events(20, 1)[:20])
-        wait_for_rows(pg_conn, table_name, expected(20, 1), first)
-        wait_until(lambda: first.lastProgress is not None, first, 60, "a committed batch")
-    finally:
-        first.stop()
-    second = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, version_column="version")
-    try:
-        source.add([{"id": k, "version": 2, "name": f"k{k}-v2"} for k in range(10, 30)])
-        want = [(k, 1, f"k{k}-v1") for k in range(10)] + [(k, 2, f"k{k}-v2") for k in range(10, 30)]
-        wait_for_rows(pg_conn, table_name, want, second)
-    finally:
-        second.stop()
+    folder = tmp_path / "in"
+    folder.mkdir()
+
+    def run_available_now():
+        frame = jvm_spark.readStream.schema(SCHEMA).json(str(folder))
+        query = start_jvm_sink_query(frame, dsn=pg_dsn, table=table_name, checkpoint_location=checkpoint,
+                                     trigger={"availableNow": True}, version_column="version")
+        try:
+            query.awaitTermination(180)
+        finally:
+            query.stop()
+        assert query.exception() is None
+
+    (folder / "a.json").write_text("".join(json.dumps(r) + "\n" for r in events(20, 1)[:20]))
+    run_available_now()
+    assert table_rows(pg_conn, table_name) == expected(20, 1)
+    (folder / "b.json").write_text("".join(
+        json.dumps({"id": k, "version": 2, "name": f"k{k}-v2"}) + "\n" for k in range(10, 30)))
+    run_available_now()  # same checkpoint: only b.json is new
+    want = [(k, 1, f"k{k}-v1") for k in range(10)] + [(k, 2, f"k{k}-v2") for k in range(10, 30)]
+    assert table_rows(pg_conn, table_name) == want
     tries = attempts(pg_conn, table_name)
     assert [tries[k] for k in range(10)] == [1] * 10  # committed rows were not sent again
 
