@@ -210,6 +210,7 @@ def build_jvm_writer(spark: "SparkSession", *, dsn: ConnectionSettings | str, ta
 
     from py4j.java_gateway import JavaClass
     from py4j.protocol import Py4JError
+    from pyspark.errors.exceptions.captured import CapturedException
 
     jvm = spark.sparkContext._jvm
     try:
@@ -229,15 +230,15 @@ def build_jvm_writer(spark: "SparkSession", *, dsn: ConnectionSettings | str, ta
         if password:
             joptions.put("password", password)
         return writer_class(joptions)
-    except Py4JError as exc:
+    except (Py4JError, CapturedException) as exc:
         if _py4j_blocked(exc):
             raise JvmSinkUnavailable(
                 "py4j access to JVM classes is blocked here (Databricks standard access mode allows "
                 "only allowlisted classes): use a dedicated access mode cluster, or the native sink "
                 "writeStream.format('postgresql')") from None
-        # Option errors from the Java constructor: show the Java message alone, without the secret.
-        message = redact(getattr(exc, "java_exception", exc), password)
-        raise ValueError(f"the JVM sink refused its options: {message.splitlines()[0]}") from None
+        # Option errors from the Java constructor: the Java message alone, without the secret.
+        message = redact(getattr(exc, "java_exception", None) or exc, password).strip()
+        raise ValueError(f"the JVM sink refused its options: {(message.splitlines() or ['?'])[0]}") from None
 
 
 # --8<-- [start:start_jvm_sink_query]

@@ -986,7 +986,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 key.put(keyColumns.get(i), values[keyIndex[i]]);
             }
         }
-        String keyText = key.isEmpty() ? "row " + rowText(values) : "key " + mapText(key);
+        String keyText = key.isEmpty() ? "row " + rowText(values) : "row with key " + pairs(key);
         String type = "";
         if (column != null && tableColumns.containsKey(column)) {
             type = " (" + tableColumns.get(column).fullType + ")";
@@ -1008,9 +1008,9 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 column = keyColumns.get(i);
             }
         }
-        return new BadRowException(redact("row " + rowText(values) + " rejected: key column " + column
-            + " is null (key " + mapText(key) + "); nothing of this batch was written to " + target()),
-            key, column, null);
+        return new BadRowException(redact("row with key " + pairs(key) + " rejected at column " + column
+            + ": a key column is null (row " + rowText(values) + "); nothing of this batch was written to "
+            + target()), key, column, null);
     }
 
     private String rowText(Object[] values) {
@@ -1023,9 +1023,14 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     }
 
     private static String mapText(Map<String, Object> m) {
-        StringBuilder sb = new StringBuilder("{");
+        return "{" + pairs(m) + "}";
+    }
+
+    /** name=value, ...: strings in single quotes, binary values by length. */
+    private static String pairs(Map<String, Object> m) {
+        StringBuilder sb = new StringBuilder();
         for (Map.Entry<String, Object> e : m.entrySet()) {
-            if (sb.length() > 1) {
+            if (sb.length() > 0) {
                 sb.append(", ");
             }
             Object v = e.getValue();
@@ -1033,7 +1038,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 + " bytes>" : String.valueOf(v);
             sb.append(e.getKey()).append('=').append(text);
         }
-        return sb.append('}').toString();
+        return sb.toString();
     }
 
     private static String firstLine(String s) {
