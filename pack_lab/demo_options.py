@@ -98,15 +98,17 @@ def parse_trigger(text: str, flag: str = "--trigger") -> str:
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """One demo run. Defaults: three paths of 20,000 rows at 1,000 rows/s, about two minutes."""
+    """One demo run. Defaults: three paths of 15,000 rows at 1,000 rows/s, about two minutes."""
 
-    rows: int = 20_000
+    rows: int = 15_000
     rows_per_second: float = 1_000.0
     keys: int = 500
     duplicate_pct: float = 5.0
     partitions: int = 2
     pipeline: str = "dedup"          # "dedup" (stateful) or "passthrough" (stateless)
-    trigger: str = "10 seconds"
+    # The checkpoint interval (minutes in production). 30 s keeps the demo short while each
+    # 15-second feed fits in one long batch, so batch boundaries do not dominate the tail.
+    trigger: str = "30 seconds"
     max_batch_rows: int = 1_000
     max_dwell_ms: int = 5
     timeout_s: float = 120.0
