@@ -2,8 +2,9 @@
 
 Each chart is a pure function of one JSON file, so a test can redraw it and
 compare it with the committed PNG. Run ``python benchmarks/charts.py`` to
-redraw every chart in ``benchmarks/results/`` after a benchmark run (the
-benchmarks also call it themselves). Reproducible output: the Agg renderer,
+redraw every chart in ``benchmarks/results/`` after a benchmark run
+(``rate_sweep.py`` draws its own; ``tests/test_charts.py`` fails on a stale
+chart). Reproducible output: the Agg renderer,
 the DejaVu Sans font that ships with matplotlib, fixed size and resolution,
 and no timestamp or software tag in the PNG metadata.
 

@@ -347,3 +347,30 @@ def test_a_dsn_the_jvm_sink_cannot_use_skips_that_path_with_the_reason(dsn):
     why = demo.jvm_dsn_problem(dsn)
     assert why and why.startswith("the JVM sink cannot use PG_DSN") and SECRET not in why
     assert demo.jvm_dsn_problem("host=127.0.0.1 port=5432 dbname=x user=y password=" + SECRET) is None
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.parametrize("keep_table", [False, True])
+def test_a_failing_path_leaves_no_checkpoint_and_no_table_unless_kept(
+        keep_table, spark, pg_dsn, pg_conn, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def broken_start(path, events, dsn, table, checkpoint, options):
+        assert Path(checkpoint).is_dir() and table in demo_tables(pg_conn)
+        raise RuntimeError("the sink refused to start")
+
+    monkeypatch.setattr(demo, "start_query", broken_start)
+    before = set(demo_tables(pg_conn))
+    options = DemoOptions(partitions=1, paths=("microbatch",), keep_table=keep_table)
+    [result] = demo.run_demo(options, pg_dsn, log=lambda _line: None, spark=spark)
+    assert result.error == "the sink refused to start" and not result.ok
+    assert not list(tmp_path.glob(demo.CHECKPOINT_PREFIX + "*"))
+    left = set(demo_tables(pg_conn)) - before
+    if keep_table:
+        assert len(left) == 1
+        pg_conn.execute(f'DROP TABLE "{left.pop()}"')
+    else:
+        assert not left
