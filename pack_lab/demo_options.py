@@ -133,6 +133,13 @@ class DemoOptions:
             raise OptionError(f"--pipeline must be 'dedup' or 'passthrough', got {self.pipeline!r}")
         if not self.paths or any(path not in PATHS for path in self.paths):
             raise OptionError(f"--path must be 'all' or one of {', '.join(PATHS)}, got {self.paths!r}")
+        # A Python foreach sink under real-time mode may hold rows until the long batch ends.
+        needed = int(self.trigger.split()[0]) + self.rows / self.rows_per_second
+        if "rtm-python" in self.paths and self.timeout_s < needed:
+            raise OptionError(
+                f"--timeout must be at least {math.ceil(needed)} seconds with --trigger "
+                f"'{self.trigger}' and {self.rows} rows at {self.rows_per_second:g} rows/s: the Python "
+                f"foreach path can hold rows until the long batch ends (or pick another --path)")
 
     @property
     def shuffle_partitions(self) -> int:

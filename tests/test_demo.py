@@ -84,6 +84,15 @@ def test_trigger_forms_are_normalised_for_spark(text, spark_form):
     assert parse_trigger(text) == spark_form
 
 
+def test_a_timeout_shorter_than_the_trigger_is_refused_for_the_python_rtm_path(capsys, nothing_may_start):
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--trigger", "10 minutes", "--timeout", "120"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--timeout must be at least 615 seconds" in err, err
+    assert DemoOptions(trigger="10 minutes", timeout_s=120, paths=("rtm-jvm",)).timeout_s == 120
+
+
 @pytest.mark.parametrize("argv", [["--path", "kafka"], ["--pipeline", "magic"], ["--no-such-flag"],
                                   ["positional"], ["--output-dir", ""]])
 def test_other_bad_command_lines_are_one_line(argv, capsys, nothing_may_start):
