@@ -47,6 +47,7 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
 fi
 
 source "$PACK_ROOT/scripts/build_jvm_sink.sh"  # the JVM sink jar and the Postgres JDBC driver
+source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's browser test (installed in CI)
 
 # --- Node tools (markdownlint) ---------------------------------------------------
 NEED_NODE="${PACK_NEED_NODE:-1}"
