@@ -46,7 +46,8 @@ SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
 PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
 
 MODES = ("upsert", "insert_ignore", "append")
-BUILD_HINT = "run `bash scripts/build_jvm_sink.sh` (needs a JDK with javac)"
+BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
+              f"or compile {SOURCE_FILE.name} with javac into a jar and set {JAR_ENV} to it")
 
 
 class JvmSinkUnavailable(RuntimeError):
