@@ -46,7 +46,8 @@ SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
 PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
 
 MODES = ("upsert", "insert_ignore", "append")
-BUILD_HINT = "run `bash scripts/build_jvm_sink.sh` (needs a JDK with javac)"
+BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
+              f"or compile {SOURCE_FILE.name} with javac into a jar and set {JAR_ENV} to it")
 
 
 class JvmSinkUnavailable(RuntimeError):
@@ -99,35 +100,57 @@ _LIBPQ_TO_JDBC = {"options": "options", "sslrootcert": "sslrootcert", "sslcert":
                   "sslkey": "sslkey"}
 
 
-def jdbc_url(connection: ConnectionSettings | str) -> str:
-    """A ``jdbc:postgresql://`` URL for the same server, TLS mode and timeouts as the DSN; no credentials.
-
-    Raises ``ValueError`` for what pgjdbc cannot do (Unix-socket hosts, libpq-only parameters).
-    """
-    settings = as_connection_settings(connection)
-    hosts = []
-    for host in str(settings.host or "localhost").split(","):
-        host = host.strip() or "localhost"
-        if host.startswith("/"):
-            raise ValueError(f"the JVM sink connects over TCP only; host {host!r} is a Unix-socket "
-                             "folder: use host=127.0.0.1 (or the server's address)")
+def _jdbc_parts(settings: ConnectionSettings) -> tuple[str, str | None, str | None]:
+    """(URL without credentials, user, password) as libpq would connect, environment fallbacks included."""
+    env = os.environ
+    if settings.hostaddr or env.get("PGHOSTADDR"):
+        raise ValueError("hostaddr has no JDBC equivalent in the JVM sink: put the server's address in host")
+    if env.get("PGSERVICE") or "service" in settings.extra:
+        raise ValueError("a service file (service=/PGSERVICE) has no JDBC equivalent in the JVM sink: "
+                         "give host, port and dbname instead")
+    sslmode = settings.effective_sslmode  # the same choice the Python writer makes (PGSSLMODE included)
+    hosts = [h.strip() for h in str(settings.host or env.get("PGHOST") or "localhost").split(",")]
+    ports = [p.strip() for p in str(settings.port or env.get("PGPORT") or 5432).split(",")]
+    if len(ports) == 1:
+        ports *= len(hosts)
+    if len(ports) != len(hosts):
+        raise ValueError(f"{len(ports)} ports for {len(hosts)} hosts: give one port, or one per host")
+    places = []
+    for host, port in zip(hosts, ports):
+        host = host or "localhost"
+        if host.startswith(("/", "@")):
+            raise ValueError("the JVM sink connects over TCP only and a host is a Unix-socket folder: "
+                             "use host=127.0.0.1 (or the server's address)")
         try:
             if ipaddress.ip_address(host).version == 6:
                 host = f"[{host}]"
         except ValueError:
             pass
-        hosts.append(f"{host}:{int(settings.port)}")
-    params = {"sslmode": settings.effective_sslmode,
-              "connectTimeout": str(settings.connect_timeout),
-              "ApplicationName": settings.application_name,
-              "tcpKeepAlive": "true"}
+        places.append(f"{host}:{int(port)}")
+    timeout = settings.connect_timeout or env.get("PGCONNECT_TIMEOUT") or 10
+    params = {"sslmode": sslmode, "connectTimeout": str(int(timeout)),
+              "ApplicationName": settings.application_name, "tcpKeepAlive": "true"}
     for key, value in dict(settings.extra or {}).items():
-        if key not in _LIBPQ_TO_JDBC:
+        if key not in _LIBPQ_TO_JDBC or not isinstance(value, str):
             raise ValueError(f"DSN parameter {key!r} has no equivalent the JVM sink passes to the JDBC "
                              f"driver (supported: {sorted(_LIBPQ_TO_JDBC)})")
-        params[_LIBPQ_TO_JDBC[key]] = str(value)
+        params[_LIBPQ_TO_JDBC[key]] = value
     query = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
-    return f"jdbc:postgresql://{','.join(hosts)}/{quote(settings.dbname, safe='')}?{query}"
+    # No database: the driver, like libpq, uses the user's name.
+    dbname = settings.dbname or env.get("PGDATABASE") or ""
+    url = f"jdbc:postgresql://{','.join(places)}/{quote(dbname, safe='')}?{query}"
+    password = settings.password.reveal() if settings.password else env.get("PGPASSWORD")
+    return url, settings.user or env.get("PGUSER"), password or None
+
+
+def jdbc_url(connection: ConnectionSettings | str) -> str:
+    """A ``jdbc:postgresql://`` URL for the same server, TLS mode and timeouts as the DSN; no credentials.
+
+    Unset parts come from ``PGHOST``, ``PGPORT``, ``PGDATABASE``, ``PGSSLMODE``,
+    ``PGCONNECT_TIMEOUT`` as in libpq. Raises ``ValueError`` for what the JDBC
+    driver cannot do (Unix-socket hosts, ``hostaddr``, services, libpq-only parameters).
+    """
+    return _jdbc_parts(as_connection_settings(connection))[0]
 
 
 def _format_key_list(columns: str | Sequence[str] | None) -> str | None:
@@ -193,12 +216,12 @@ def build_jvm_writer(spark: "SparkSession", *, dsn: ConnectionSettings | str, ta
     if settings.password_provider is not None:
         raise ValueError("password_provider is a Python callable and cannot run inside the JVM writer; "
                          "give the JVM sink a password (a native Postgres role for long-running streams)")
-    url = jdbc_url(settings)
+    url, user, password = _jdbc_parts(settings)
     options = {"url": url, "dbtable": table, "mode": mode, "batchsize": str(batchsize),
                "batchinterval": f"{batchinterval_ms} milliseconds", "skipunchanged": str(bool(skip_unchanged)).lower(),
                "maxretries": str(int(max_retries))}
-    if settings.user:
-        options["user"] = settings.user
+    if user:
+        options["user"] = user
     if schema:
         options["schema"] = schema
     keys = _format_key_list(upsertkey)
@@ -206,7 +229,6 @@ def build_jvm_writer(spark: "SparkSession", *, dsn: ConnectionSettings | str, ta
         options["upsertkey"] = keys
     if version_column:
         options["versioncolumn"] = version_column
-    password = settings.password.reveal() if settings.password else None
 
     from py4j.java_gateway import JavaClass
     from py4j.protocol import Py4JError

@@ -27,9 +27,22 @@ def test_jdbc_url_brackets_ipv6_and_lists_several_hosts():
     assert jdbc_url("host=a,b port=5 dbname=d").startswith("jdbc:postgresql://a:5,b:5/d?")
 
 
+def test_jdbc_url_takes_what_the_dsn_leaves_out_from_the_libpq_environment(monkeypatch):
+    for name in ("PGHOSTADDR", "PGSERVICE", "PGSSLMODE", "PGCONNECT_TIMEOUT", "PGUSER", "PGPASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PGHOST", "db.example.com")
+    monkeypatch.setenv("PGPORT", "6000")
+    monkeypatch.setenv("PGDATABASE", "appdb")
+    url = jdbc_url("user=u")
+    assert url.startswith("jdbc:postgresql://db.example.com:6000/appdb?") and "sslmode=require" in url
+    assert jdbc_url("host=a,b port=1,2 dbname=d").startswith("jdbc:postgresql://a:1,b:2/d?")
+
+
 def test_jdbc_url_refuses_what_the_jdbc_driver_cannot_do():
     with pytest.raises(ValueError, match="Unix-socket"):
         jdbc_url("host=/var/run/postgresql dbname=d")
+    with pytest.raises(ValueError, match="hostaddr"):
+        jdbc_url("host=db.example.com hostaddr=10.0.0.1 dbname=d")
     with pytest.raises(ValueError, match="'target_session_attrs'"):
         jdbc_url("host=h dbname=d target_session_attrs=read-write")
     assert "options=-c%20statement_timeout%3D5000" in jdbc_url("host=h dbname=d options='-c statement_timeout=5000'")
