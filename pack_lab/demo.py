@@ -471,7 +471,7 @@ def _run(options: DemoOptions) -> int:
             try:
                 dsn = stack.enter_context(postgres_dsn(settings=SERVER_SETTINGS))
                 stack.callback(stop_spark)
-                check_postgres(dsn)
+                check_postgres(dsn, can_create=True)
                 results = run_demo(options, dsn, log=lambda line: print(line, flush=True))
             finally:
                 with shielded(err):  # Spark and the throwaway Postgres go, even on a second Ctrl-C

@@ -11,6 +11,7 @@ not passed on.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 #: Seconds the check waits for a server before calling it unreachable.
@@ -70,8 +71,12 @@ def describe_connect_error(exc: BaseException, parts: dict[str, Any], name: str 
     return f"cannot connect with {name} to {target}: {cause}"
 
 
-def check_postgres(dsn: str, name: str = "PG_DSN") -> None:
-    """Parse ``dsn`` and open one connection; raise :class:`PostgresCheckFailed` on any failure."""
+def check_postgres(dsn: str, name: str = "PG_DSN", can_create: bool = False) -> None:
+    """Parse ``dsn`` and open one connection; raise :class:`PostgresCheckFailed` on any failure.
+
+    ``can_create``: also check that the user may create a table in its current schema
+    (a ``CREATE TABLE`` inside a transaction that is rolled back: nothing is left).
+    """
     import psycopg
 
     parts = parse_dsn(dsn, name)
@@ -81,7 +86,21 @@ def check_postgres(dsn: str, name: str = "PG_DSN") -> None:
         raise PostgresCheckFailed(f"{name} has a connect_timeout that is not a whole number") from None
     timeout = min(max(timeout, 1), CHECK_TIMEOUT_S)
     try:
-        with psycopg.connect(dsn, connect_timeout=timeout, autocommit=True) as conn:
-            conn.execute("SELECT 1")
+        conn = psycopg.connect(dsn, connect_timeout=timeout, autocommit=True)
     except Exception as exc:  # psycopg.Error, and anything a driver or the OS raises
         raise PostgresCheckFailed(describe_connect_error(exc, parts, name)) from None
+    with conn:
+        try:
+            conn.execute("SELECT 1")
+            if can_create:
+                from psycopg import sql
+
+                probe = sql.Identifier(f"rtm_preflight_{uuid.uuid4().hex[:12]}")
+                with conn.transaction(force_rollback=True):
+                    conn.execute(sql.SQL("CREATE TABLE {} (id int)").format(probe))
+        except Exception as exc:
+            state = getattr(exc, "sqlstate", None)
+            raise PostgresCheckFailed(
+                f"the user in {name} cannot create a table in its current schema on {_target(parts)}"
+                f"{f' (SQLSTATE {state})' if state else ''}: grant it CREATE on the schema "
+                "(or set search_path to one it may use)") from None

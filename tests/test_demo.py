@@ -180,6 +180,19 @@ def test_unknown_role_or_database_is_named(pg_dsn, change, expected, monkeypatch
 
 
 @pytest.mark.postgres
+def test_a_user_who_cannot_create_tables_is_told_before_spark_starts(pg_server, monkeypatch, capsys):
+    import psycopg
+
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:  # a private server: no one else's rights change
+        conn.execute("CREATE ROLE demo_no_create LOGIN")
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        dsn = f"host=127.0.0.1 port={pg_server.port} dbname=postgres user=demo_no_create password={SECRET}"
+        err = run_main_expecting_env_error(monkeypatch, capsys, dsn)
+        assert "cannot create a table" in err and "42501" in err
+        assert not demo_tables(conn)
+
+
+@pytest.mark.postgres
 def test_wrong_password_is_named_without_either_password(pg_server, monkeypatch, capsys):
     import psycopg
 
@@ -249,7 +262,7 @@ def test_signal_mid_run_leaves_no_table_and_no_checkpoint(signum, pg_dsn, pg_con
     env = dict(os.environ, PG_DSN=pg_dsn, TMPDIR=str(tmp), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "pack_lab.demo", "--path", "rtm-python", "--rows", "200000",
-         "--rate", "500", "--partitions", "1", "--pipeline", "passthrough",
+         "--rate", "500", "--partitions", "1", "--pipeline", "passthrough", "--timeout", "600",
          "--output-dir", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
@@ -260,6 +273,8 @@ def test_signal_mid_run_leaves_no_table_and_no_checkpoint(signum, pg_dsn, pg_con
             if "sent=" in line and not line.split("sent=")[1].startswith("0/"):
                 break  # rows are flowing: the table and the checkpoint exist
             assert time.monotonic() < deadline, "".join(seen)
+        else:
+            pytest.fail("the demo ended before rows flowed: " + "".join(seen) + proc.stderr.read())
         assert any(tmp.glob(demo.CHECKPOINT_PREFIX + "*")), "checkpoint folder should exist mid-run"
         assert set(demo_tables(pg_conn)) - before, "demo table should exist mid-run"
         proc.send_signal(signum)
