@@ -316,9 +316,13 @@ def test_bad_row_under_real_time_mode_stops_the_query_with_its_name(jvm_spark, p
 
 def test_setup_errors_name_the_table_and_columns(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
     source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
-    query = start(source, pg_dsn, table_name + "_missing", checkpoint, MICRO_BATCH)
+    app = f"jvm-sink-{table_name}"
+    query = start(source, f"{pg_dsn} application_name={app}", table_name + "_missing", checkpoint, MICRO_BATCH)
     source.add([{"id": 1, "version": 1, "name": "x"}])
     assert f'table "{table_name}_missing" (in the current schema) not found' in query_error(query)
+    # open() failed after connecting: it closed its connection (Spark calls no close() then).
+    sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    wait_until(lambda: pg_conn.execute(sessions, (app,)).fetchone()[0] == 0, None, 10, "no connection left open")
     make_table(pg_conn, table_name, {"id": "bigint", "name": "text"})
     query = start(source, pg_dsn, table_name, checkpoint + "-2", MICRO_BATCH)
     source.add([{"id": 2, "version": 1, "name": "x"}])
