@@ -246,7 +246,12 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         resetRuntime();
         this.partitionId = partitionId;
         this.epochId = epochId;
-        withRetries(this::connectAndDescribe, "open");
+        try {
+            withRetries(this::connectAndDescribe, "open");
+        } catch (RuntimeException e) {
+            closeConnection();  // Spark does not call close() after a failed open()
+            throw e;
+        }
         Thread t = new Thread(this::flusherLoop, "pg-jvm-sink-flusher-p" + partitionId);
         t.setDaemon(true);
         flusher = t;

@@ -103,3 +103,20 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     broken = run(root, path, PG_JDBC_JAR=str(driver))
     assert broken.returncode == 1 and "javac failed" in broken.stderr
     assert not list(build.glob(".tmp.*"))
+
+
+def test_the_wheel_ships_the_java_source_but_no_build_output(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "rtm_lakebase", src / "rtm_lakebase",
+                    ignore=shutil.ignore_patterns("build", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", src / "pyproject.toml")
+    (src / "rtm_lakebase" / "jvm" / "build").mkdir()
+    (src / "rtm_lakebase" / "jvm" / "build" / "rtm-lakebase-jvm-sink.jar").write_bytes(b"PK")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                           "-w", str(tmp_path / "wheels"), str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Package would be ignored" not in proc.stderr
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm_sink.py" in names
+    assert not [n for n in names if "/build/" in n or n.endswith((".jar", ".class"))]

@@ -63,10 +63,11 @@ def start(source, dsn, table, checkpoint, trigger=REAL_TIME, **options):
 
 def add_audit(conn, table):
     """Log every row the sink tries to insert (a BEFORE INSERT trigger fires even when ON CONFLICT wins)."""
-    conn.execute(sql.SQL("CREATE TABLE {} (id bigint, version bigint)").format(sql.Identifier(table + "_audit")))
+    conn.execute(sql.SQL("CREATE TABLE {} (seq bigserial, id bigint, version bigint)").format(
+        sql.Identifier(table + "_audit")))
     conn.execute(sql.SQL(
         "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-        "INSERT INTO {a} VALUES (NEW.id, NEW.version); RETURN NEW; END $$").format(
+        "INSERT INTO {a} (id, version) VALUES (NEW.id, NEW.version); RETURN NEW; END $$").format(
         f=sql.Identifier(table + "_log"), a=sql.Identifier(table + "_audit")))
     conn.execute(sql.SQL("CREATE TRIGGER log_attempts BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {f}()")
                  .format(t=sql.Identifier(table), f=sql.Identifier(table + "_log")))
@@ -146,6 +147,22 @@ def test_append_writes_every_row(jvm_spark, pg_dsn, pg_conn, table_name, checkpo
         wait_until(lambda: sorted(table_rows(pg_conn, table_name)) == want, query, 90, "40 appended rows")
     finally:
         query.stop()
+
+
+def test_rows_of_a_flush_are_written_in_key_order(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
+    """One lock order for every task: keys arrive descending, the flush writes them ascending."""
+    make_table(pg_conn, table_name)
+    add_audit(pg_conn, table_name)
+    source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
+    query = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, batchinterval_ms=60_000)
+    try:
+        source.add([{"id": k, "version": 1, "name": "x"} for k in (50, 7, 31, 2, 44, 19)])
+        wait_for_rows(pg_conn, table_name, [(k, 1, "x") for k in (2, 7, 19, 31, 44, 50)], query)
+    finally:
+        query.stop()
+    order = pg_conn.execute(sql.SQL("SELECT id FROM {} ORDER BY seq").format(
+        sql.Identifier(table_name + "_audit"))).fetchall()
+    assert [r[0] for r in order] == [2, 7, 19, 31, 44, 50]
 
 
 # -- timing -------------------------------------------------------------------------------------
@@ -316,9 +333,13 @@ def test_bad_row_under_real_time_mode_stops_the_query_with_its_name(jvm_spark, p
 
 def test_setup_errors_name_the_table_and_columns(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
     source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
-    query = start(source, pg_dsn, table_name + "_missing", checkpoint, MICRO_BATCH)
+    app = f"jvm-sink-{table_name}"
+    query = start(source, f"{pg_dsn} application_name={app}", table_name + "_missing", checkpoint, MICRO_BATCH)
     source.add([{"id": 1, "version": 1, "name": "x"}])
     assert f'table "{table_name}_missing" (in the current schema) not found' in query_error(query)
+    # open() failed after connecting: it closed its connection (Spark calls no close() then).
+    sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    wait_until(lambda: pg_conn.execute(sessions, (app,)).fetchone()[0] == 0, None, 10, "no connection left open")
     make_table(pg_conn, table_name, {"id": "bigint", "name": "text"})
     query = start(source, pg_dsn, table_name, checkpoint + "-2", MICRO_BATCH)
     source.add([{"id": 2, "version": 1, "name": "x"}])
