@@ -45,6 +45,13 @@ ACCEPTED: dict[str, frozenset[type]] = {
     "interval": frozenset({dt.timedelta}),
     "uuid": frozenset({str, uuid.UUID}),
 }
+def _to_decimal(value: Any) -> Decimal:
+    return value if isinstance(value, Decimal) else Decimal(repr(value) if type(value) is float else value)
+
+
+#: One Python type per array: columns that take several are unified (as Postgres would convert them).
+_UNIFY: dict[str, Callable[[Any], Any]] = {"real": float, "double precision": float, "numeric": _to_decimal,
+                                           "uuid": str}
 #: Subclasses that must not pass as their base: a bool is no integer here, a datetime no date.
 _REFUSED_SUBCLASSES = {int: bool, dt.date: dt.datetime}
 
@@ -209,7 +216,11 @@ class ValueChecks:
         self._aware: dict[int, bool] = {}  # column index → datetimes seen so far are aware
 
     def first_problem(self, arrays: Sequence[list]) -> tuple[int, int, str] | None:
-        """``(row index, column index, reason)`` of the first bad value, or ``None``."""
+        """``(row index, column index, reason)`` of the first bad value, or ``None``.
+
+        Columns of several accepted Python types (``int`` and ``float`` for a
+        ``double precision``) are unified in place, as Postgres would convert them.
+        """
         for ci, column in enumerate(arrays):
             found = self._check_column(ci, column)
             if found is not None:
@@ -222,6 +233,16 @@ class ValueChecks:
         accepted = self._accepted[ci]
         if accepted is not None and not kinds <= accepted and not self._all_subclasses(kinds, accepted):
             return self._find(ci, column, self._wrong_type)
+        if len(kinds) > 1:  # psycopg sends one array type per column
+            unify = _UNIFY.get(self.types[ci])
+            if unify is None:
+                first = type(next(v for v in column if v is not None))
+                return self._find(ci, column, lambda _ci, v: None if type(v) is first else (
+                    f"{type(v).__name__} value {_short(v)} where earlier rows of this flush have "
+                    f"{first.__name__}: use one Python type per column"))
+            column[:] = [v if v is None else unify(v) for v in column]
+            kinds = set(map(type, column))
+            kinds.discard(_NONE)
         if str in kinds and not self._text_ok(column, kinds):
             return self._find(ci, column, _bad_text)
         if dt.datetime in kinds or dt.time in kinds:

@@ -156,7 +156,7 @@ def test_timer_error_surfaces_on_next_process_and_on_close(pg_dsn, pg_conn, tabl
     w.open(0, 0)
     w.process({"id": 1, "version": 1, "name": "far too long for twenty chars"})
     deadline = time.monotonic() + 15
-    while w._error is None and time.monotonic() < deadline:
+    while w._flusher.error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(BadRowError, match="id=1"):
         w.process({"id": 2, "version": 1, "name": "ok"})
@@ -165,7 +165,7 @@ def test_timer_error_surfaces_on_next_process_and_on_close(pg_dsn, pg_conn, tabl
     w2.open(0, 0)
     w2.process({"id": 3, "version": 1, "name": "far too long for twenty chars"})
     deadline = time.monotonic() + 15
-    while w2._error is None and time.monotonic() < deadline:
+    while w2._flusher.error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(BadRowError, match="column name"):
         w2.close(None)
@@ -311,7 +311,7 @@ def test_writer_is_picklable_and_fresh_after_unpickling(pg_dsn, pg_conn, table_n
         clone = pickle.loads(pickle.dumps(w))  # even while open: the connection is not pickled
     finally:
         w.close(None)
-    assert clone._conn is None and clone._flusher is None and clone.metrics.rows_received == 0
+    assert clone._target is None and clone._flusher is None and clone.metrics.rows_received == 0
     run(clone, [{"id": 1, "version": 1, "name": "p"}])
     assert isinstance(psycopg.__version__, str)
     assert table_rows(pg_conn, table_name) == [(1, 1, "p")]

@@ -184,8 +184,8 @@ def test_hostile_identifiers_cannot_inject_sql(pg_dsn, pg_conn, table_name):
         got = pg_conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, hostile))).fetchall()
         assert got == [(1, "again", 6)]
         assert pg_conn.execute("SELECT to_regclass(%s)", (victim,)).fetchone()[0] is not None
-        # A dotted name is one identifier, not schema.table.
-        with pytest.raises(Exception, match="not found"):
-            writer(pg_dsn, f"public.{victim}").open(0, 0)
+        # Without schema=, a hostile name is refused with the reason, before any SQL runs.
+        with pytest.raises(ValueError, match="quote a name"):
+            writer(pg_dsn, hostile)
     finally:
         pg_conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
