@@ -357,3 +357,41 @@ def test_append_writes_array_columns(pg_dsn, pg_conn, table_name):
     make_table(pg_conn, table_name, {"id": "bigint", "tags": "text[]"}, key=())
     run(writer(pg_dsn, table_name, mode="append"), [{"id": 1, "tags": ["a", "b"]}, {"id": 2, "tags": []}])
     assert table_rows(pg_conn, table_name) == [(1, ["a", "b"]), (2, [])]
+
+
+def test_schema_dot_table_is_read_as_sql_reads_it(pg_dsn, pg_conn, table_name):
+    schema = f"s_{table_name}"
+    pg_conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    pg_conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier("My.Schema " + table_name)))
+    try:
+        make_table(pg_conn, "events", schema=schema)
+        make_table(pg_conn, "T x", schema="My.Schema " + table_name)
+        run(writer(pg_dsn, f"{schema}.events"), [{"id": 1, "version": 1, "name": "plain"}])
+        run(writer(pg_dsn, f"{schema.upper()}.Events"), [{"id": 2, "version": 1, "name": "folded"}])
+        run(writer(pg_dsn, f'"My.Schema {table_name}"."T x"'), [{"id": 3, "version": 1, "name": "quoted"}])
+        run(writer(pg_dsn, "T x", schema="My.Schema " + table_name), [{"id": 4, "version": 1, "name": "exact"}])
+        assert table_rows(pg_conn, "events", schema=schema) == [(1, 1, "plain"), (2, 1, "folded")]
+        assert table_rows(pg_conn, "T x", schema="My.Schema " + table_name) == [(3, 1, "quoted"), (4, 1, "exact")]
+        assert SinkSettings(table='"A""b".c').schema == 'A"b'
+        for bad, reason in (("a b", "unexpected ' '"), ("a.b.c", "at most schema.table"), ('"x', "not closed"),
+                            ("a.", "expected a name"), ("", "non-empty")):
+            with pytest.raises(ValueError, match=reason):
+                SinkSettings(table=bad)
+    finally:
+        for name in (schema, "My.Schema " + table_name):
+            pg_conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def test_one_way_to_build_a_writer_and_mode_is_typed():
+    import typing
+
+    import rtm_lakebase.lakebase_sink as sink
+
+    assert not hasattr(sink, "writer_for")
+    with pytest.raises(TypeError):
+        PostgresForeachWriter("host=x", table="t")
+    with pytest.raises(TypeError):
+        PostgresForeachWriter("host=x")
+    mode = typing.get_type_hints(SinkSettings)["mode"]
+    assert typing.get_origin(mode) is typing.Literal
+    assert set(typing.get_args(mode)) == {"upsert", "insert_ignore", "append"}
