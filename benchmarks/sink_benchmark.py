@@ -456,6 +456,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-spark", action="store_true", help="skip part 2")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $PG_DSN or a throwaway server)")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT), help="where to write the JSON results")
+    parser.add_argument("--note", default="2-core machine; local Postgres with default durability",
+                        help="how the machine was when measured (kept in the JSON's machine.note)")
     parser.add_argument("--update-reference", action="store_true",
                         help="also rewrite the figures table in references/lakebase-sink-python.md")
     args = parser.parse_args(argv)
@@ -481,7 +483,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  "quick": args.quick, "spark": not args.no_spark},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "postgres_server_version": server_version,
-                    "note": "2-core machine; local Postgres with default durability"},
+                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+                    "note": args.note},
         "started_unix": int(started), "seconds": round(time.time() - started, 1),
         "direct": direct, "spark": spark, "targets": targets(direct, spark),
     }

@@ -39,14 +39,15 @@ class RowBuffer:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def add(self, values: tuple) -> None:
+    def add(self, values: tuple) -> int:
+        """Buffer one row; returns the number of rows (keys) now buffered."""
         rows = self._rows
         key_of = self._key_of
         if key_of is None:
             rows.append(values)
             if self.oldest is None:
                 self.oldest = time.monotonic()
-            return
+            return len(rows)
         key = key_of(values)
         if key is None or (self._composite and None in key):
             raise self._bad(values, next(k for k, i in zip(self.key_columns, self._key_idx) if values[i] is None),
@@ -61,6 +62,7 @@ class RowBuffer:
                 rows[key] = values
         elif self.oldest is None:
             self.oldest = time.monotonic()
+        return len(rows)
 
     def take(self) -> list[tuple]:
         """The buffered rows, sorted by key (one global lock order), and an empty buffer."""

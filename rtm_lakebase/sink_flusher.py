@@ -49,10 +49,10 @@ class Flusher:
                 raise self.error
             buffer = self.buffer
             empty = buffer.oldest is None
-            buffer.add(values)
+            size = buffer.add(values)
             if empty:
                 self._cond.notify_all()  # start the dwell timer
-            if len(buffer) >= self._max_rows:
+            if size >= self._max_rows:
                 self._seal(by_timer=False)
                 while len(self._queue) > 1 and self.error is None and self._thread.is_alive():
                     self._cond.wait()

@@ -104,7 +104,12 @@ class RowLayout:
 
     def values(self, row: Any) -> tuple:
         """The row's values in column order, or :class:`BadRowError` naming its key and the column."""
-        if type(row) is dict:
+        kind = type(row)
+        if kind is tuple:  # a plain tuple (columns= set)
+            if len(row) != self._width:
+                return self._from_sequence(row)  # raises
+            return row
+        if kind is dict:
             return self._from_mapping(row)
         if isinstance(row, tuple):
             fields = getattr(row, "__fields__", None)
