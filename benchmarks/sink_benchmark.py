@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -131,7 +132,7 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
     n_small = max(batch, n // 4)
     n_naive = max(100, n // 20)
     updated = make_rows(n, version=2)
-    say(f"part 1: {n:,} rows, flush/commit every {batch:,} rows, one connection, best of {repeats} rounds")
+    say(f"part 1: {n:,} rows, flush/commit every {batch:,} rows, one connection, {repeats} interleaved rounds")
     plan = [
         ("raw COPY (ceiling)", n, raw_copy, False, None),
         (KEYED_COPY, n, raw_copy, True, None),
@@ -159,13 +160,19 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
         results.append(best)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
     conn.close()
-    ceiling = results[0]["rows_per_s"]
-    keyed_ceiling = next(r["rows_per_s"] for r in results if r["name"] == KEYED_COPY)
+    # Ratios pair each writer with the ceiling timed in the same round and keep the median over
+    # rounds: on a shared machine the load moves between rounds, and a writer's best round and the
+    # ceiling's best round need not be the same moment.
+    copy_rounds = [r["rows_per_s"] for r in rounds[plan[0][0]]]
+    keyed_rounds = [r["rows_per_s"] for r in rounds[KEYED_COPY]]
     for r in results:
-        r["ratio_to_copy"] = round(r["rows_per_s"] / ceiling, 3)
+        mine = r["all_rounds_rows_per_s"]
+        r["ratio_to_copy"] = round(statistics.median(m / c for m, c in zip(mine, copy_rounds)), 3)
+        r["ratio_to_copy_per_round"] = [round(m / c, 3) for m, c in zip(mine, copy_rounds)]
         # Writes into the keyed table also pay for the primary-key index: compare them with a
         # COPY into that same table as well, not only with a COPY into an unindexed one.
-        r["ratio_to_keyed_copy"] = round(r["rows_per_s"] / keyed_ceiling, 3) if r["keyed"] else None
+        r["ratio_to_keyed_copy"] = (round(statistics.median(m / c for m, c in zip(mine, keyed_rounds)), 3)
+                                    if r["keyed"] else None)
     return results
 
 
@@ -451,7 +458,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=None, help="rows for part 1 (default 200,000; quick 5,000)")
     parser.add_argument("--batch", type=int, default=1000, help="rows per flush/commit (default 1,000)")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds of part 1, best kept (default 3; quick 1)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="rounds of part 1: best rows/s kept, ratios are medians of per-round ratios "
+                             "(default 5; quick 1)")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the speed")
     parser.add_argument("--no-spark", action="store_true", help="skip part 2")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $PG_DSN or a throwaway server)")
@@ -475,11 +484,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         with psycopg.connect(dsn) as conn:
             server_version = conn.info.server_version
-        direct = bench_direct(dsn, rows, args.batch, args.repeats or (1 if args.quick else 3))
+        direct = bench_direct(dsn, rows, args.batch, args.repeats or (1 if args.quick else 5))
         spark = None if args.no_spark else bench_spark(dsn, args.quick, Path(workdir))
     report = {
         "script": "benchmarks/sink_benchmark.py",
-        "args": {"rows": rows, "batch": args.batch, "repeats": args.repeats or (1 if args.quick else 3),
+        "args": {"rows": rows, "batch": args.batch, "repeats": args.repeats or (1 if args.quick else 5),
                  "quick": args.quick, "spark": not args.no_spark},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "postgres_server_version": server_version,

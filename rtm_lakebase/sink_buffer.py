@@ -12,7 +12,6 @@ Append mode has no key: rows are kept as they come.
 
 from __future__ import annotations
 
-import time
 from operator import itemgetter
 from typing import Any, Sequence
 
@@ -33,7 +32,7 @@ class RowBuffer:
         self._version_idx = self.columns.index(version_column) if version_column else None
         self._first_wins = first_wins
         self._rows: dict[Any, tuple] | list[tuple] = {} if self._key_of else []
-        self.oldest: float | None = None  # time.monotonic() of the oldest buffered row
+        self.oldest: float | None = None  # time.monotonic() of the oldest buffered row (set by the caller)
         self.deduplicated = 0
 
     def __len__(self) -> int:
@@ -45,8 +44,6 @@ class RowBuffer:
         key_of = self._key_of
         if key_of is None:
             rows.append(values)
-            if self.oldest is None:
-                self.oldest = time.monotonic()
             return len(rows)
         key = key_of(values)
         if key is None or (self._composite and None in key):
@@ -60,8 +57,6 @@ class RowBuffer:
             self.deduplicated += 1
             if self._replaces(previous, values):
                 rows[key] = values
-        elif self.oldest is None:
-            self.oldest = time.monotonic()
         return len(rows)
 
     def take(self) -> list[tuple]:

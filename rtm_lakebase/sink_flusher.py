@@ -35,7 +35,8 @@ class Flusher:
         self._write = write  # write(batch, by_timer); raises on failure
         self._max_rows = max_batch_rows
         self._dwell = max_dwell_ms / 1000
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly on the hot path (a Condition adds a Python call)
+        self._cond = threading.Condition(self._lock)
         self._queue: deque[tuple[list[tuple], bool]] = deque()  # [0] is being written
         self._stopping = False
         self.error: BaseException | None = None
@@ -44,14 +45,14 @@ class Flusher:
 
     def add(self, values: tuple) -> None:
         """Buffer one row; hand the buffer over when full. Raises the thread's error, if any."""
-        with self._cond:
+        with self._lock:
             if self.error is not None:
                 raise self.error
             buffer = self.buffer
-            empty = buffer.oldest is None
             size = buffer.add(values)
-            if empty:
-                self._cond.notify_all()  # start the dwell timer
+            if buffer.oldest is None:  # the first row since the last hand-over: start the dwell timer
+                buffer.oldest = time.monotonic()
+                self._cond.notify_all()
             if size >= self._max_rows:
                 self._seal(by_timer=False)
                 while len(self._queue) > 1 and self.error is None and self._thread.is_alive():

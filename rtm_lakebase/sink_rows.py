@@ -23,7 +23,7 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from rtm_lakebase.sink_errors import BadRowError
+from rtm_lakebase.sink_errors import BadRowError, SinkError
 
 _NONE = type(None)
 
@@ -96,10 +96,9 @@ class RowLayout:
             return cls(columns, key_columns, exact=False)
         names = field_names(row)
         if names is None:
-            raise BadRowError("rows are plain sequences without field names: set columns=(…) in the "
-                              "sink settings", key=None, column=None)
+            raise SinkError("rows are plain sequences without field names: set columns=(…) in the sink settings")
         if len(set(names)) != len(names):
-            raise BadRowError(f"row has a field name twice: {list(names)}", key=None, column=None)
+            raise SinkError(f"the first row has a field name twice: {list(names)}")
         return cls(names, key_columns, exact=True)
 
     def values(self, row: Any) -> tuple:
@@ -232,7 +231,7 @@ class ValueChecks:
                 return found
         return None
 
-    def _check_column(self, ci: int, column: list) -> tuple[int, int, str] | None:
+    def _check_column(self, ci: int, column: Sequence) -> tuple[int, int, str] | None:
         kinds = set(map(type, column))
         kinds.discard(_NONE)
         accepted = self._accepted[ci]
@@ -245,7 +244,10 @@ class ValueChecks:
                 return self._find(ci, column, lambda _ci, v: None if type(v) is first else (
                     f"{type(v).__name__} value {_short(v)} where earlier rows of this flush have "
                     f"{first.__name__}: use one Python type per column"))
-            column[:] = [v if v is None else unify(v) for v in column]
+            unified = [v if v is None else unify(v) for v in column]
+            if isinstance(column, list):
+                column[:] = unified  # in place: the unified array is the one sent
+            column = unified
             kinds = set(map(type, column))
             kinds.discard(_NONE)
         if str in kinds and not self._text_ok(column, kinds):

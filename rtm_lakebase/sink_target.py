@@ -124,7 +124,10 @@ class PostgresTarget:
     def write(self, batch: list[tuple], by_timer: bool) -> None:
         """Write one batch or raise BadRowError / SinkError / SinkConnectionError; nothing half-written."""
         started = time.perf_counter()
-        arrays = [list(column) for column in zip(*batch)]
+        if self.settings.mode == "append":  # COPY sends rows; columns are only looked at
+            arrays = list(zip(*batch))
+        else:  # one array parameter per column
+            arrays = [list(column) for column in zip(*batch)]
         problem = self._checks.first_problem(arrays)
         if problem is not None:
             row, column, reason = problem
