@@ -161,6 +161,8 @@ class PostgresTarget:
             except (SinkError, KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below
+                if connecting and not isinstance(exc, psycopg.Error):
+                    raise  # settings that cannot work, a token source that failed: their own clear error
                 kind = classify(exc, connecting=connecting)
                 if kind in (Failure.CONNECTION, Failure.CONFLICT) and attempt < s.max_retries:
                     attempt += 1

@@ -4,6 +4,7 @@
     python scripts/skills.py generate [--root PATH]
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
+    python scripts/skills.py package [--root PATH] [--out DIR]
 
 `validate` prints one `path:line:col CODE message` line per finding and a
 summary line; it exits 1 when there are findings, 0 when clean, 2 on usage
@@ -58,6 +59,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
+def cmd_package(args: argparse.Namespace) -> int:
+    from skillcheck.package import PackageError, build_package
+
+    root = _root(args.root)
+    try:
+        folder, zip_path = build_package(root, Path(args.out) if args.out else root / "dist")
+    except (PackageError, OSError) as exc:
+        print(f"skills.py package: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {folder} and {zip_path}")
+    return 0
+
+
 def cmd_rules(_args: argparse.Namespace) -> int:
     print(rules_table())
     return 0
@@ -74,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--format", choices=("text", "json"), default="text")
     val.add_argument("--no-external", action="store_true", help="skip markdownlint and mkdocs")
     val.set_defaults(func=cmd_validate)
+    pkg = sub.add_parser("package", help="build dist/<install-name>/ (the installed skill) and its zip")
+    pkg.add_argument("--root", help="pack root (default: this checkout)")
+    pkg.add_argument("--out", help="output folder (default: ROOT/dist)")
+    pkg.set_defaults(func=cmd_package)
     rules = sub.add_parser("rules", help="print the table of finding codes")
     rules.set_defaults(func=cmd_rules)
     return parser
