@@ -30,8 +30,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -154,7 +155,7 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
                 raw_copy()
             conn.execute("CHECKPOINT")
             rounds[label].append({**timed(label, count, action, conn, table), "keyed": key})
-    for label, runs in rounds.items():
+    for runs in rounds.values():
         best = dict(max(runs, key=lambda r: r["rows_per_s"]))
         best["all_rounds_rows_per_s"] = [r["rows_per_s"] for r in runs]
         results.append(best)
@@ -167,11 +168,11 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
     keyed_rounds = [r["rows_per_s"] for r in rounds[KEYED_COPY]]
     for r in results:
         mine = r["all_rounds_rows_per_s"]
-        r["ratio_to_copy"] = round(statistics.median(m / c for m, c in zip(mine, copy_rounds)), 3)
-        r["ratio_to_copy_per_round"] = [round(m / c, 3) for m, c in zip(mine, copy_rounds)]
+        r["ratio_to_copy"] = round(statistics.median(m / c for m, c in zip(mine, copy_rounds, strict=True)), 3)
+        r["ratio_to_copy_per_round"] = [round(m / c, 3) for m, c in zip(mine, copy_rounds, strict=True)]
         # Writes into the keyed table also pay for the primary-key index: compare them with a
         # COPY into that same table as well, not only with a COPY into an unindexed one.
-        r["ratio_to_keyed_copy"] = (round(statistics.median(m / c for m, c in zip(mine, keyed_rounds)), 3)
+        r["ratio_to_keyed_copy"] = (round(statistics.median(m / c for m, c in zip(mine, keyed_rounds, strict=True)), 3)
                                     if r["keyed"] else None)
     return results
 
@@ -261,8 +262,8 @@ def rtm_run(spark, total: int, chunk: int, pause: float, sink: str, dsn: str, ta
     import psycopg
     from psycopg import sql
 
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
     from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
+    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
 
     source = RealTimeMemorySource(spark, "id BIGINT, version BIGINT, name STRING", num_partitions=1)
     if sink == "noop":

@@ -21,8 +21,9 @@ its flush is written; the password never shows in ``repr``, logs or messages.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, get_args
 
 from rtm_lakebase.pg_connection import ConnectionSettings, as_connection_settings
 from rtm_lakebase.pg_statements import split_table_name

@@ -18,8 +18,8 @@ would silently truncate, while the assignment into the column raises.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import psycopg
 from psycopg import sql

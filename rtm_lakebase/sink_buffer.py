@@ -12,8 +12,9 @@ Append mode has no key: rows are kept as they come.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
-from typing import Any, Sequence
+from typing import Any
 
 from rtm_lakebase.sink_errors import BadRowError
 from rtm_lakebase.sink_rows import _describe_key, _is_nan, _short
@@ -47,7 +48,7 @@ class RowBuffer:
             return len(rows)
         key = key_of(values)
         if key is None or (self._composite and None in key):
-            raise self._bad(values, next(k for k, i in zip(self.key_columns, self._key_idx) if values[i] is None),
+            raise self._bad(values, next(k for k, i in zip(self.key_columns, self._key_idx, strict=True) if values[i] is None),
                             "key column is null")
         try:
             previous = rows.setdefault(key, values)
@@ -80,7 +81,7 @@ class RowBuffer:
         """The key of a buffered row, by column name."""
         if not self._key_idx:
             return None
-        return {k: values[i] for k, i in zip(self.key_columns, self._key_idx)}
+        return {k: values[i] for k, i in zip(self.key_columns, self._key_idx, strict=True)}
 
     # -- the dedup rule -----------------------------------------------------------
     def _replaces(self, previous: tuple, new: tuple) -> bool:
@@ -104,7 +105,7 @@ class RowBuffer:
                             f"buffered version {_short(old_v)} of the same key ({exc})") from None
 
     def _key_column_of(self, values: tuple) -> str:
-        for k, i in zip(self.key_columns, self._key_idx):
+        for k, i in zip(self.key_columns, self._key_idx, strict=True):
             try:
                 hash(values[i])
             except TypeError:

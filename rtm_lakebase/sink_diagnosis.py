@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -46,7 +47,7 @@ class FlushDiagnosis:
         sqlstate = getattr(exc, "sqlstate", None)
         try:
             found = self._replay(conn, batch, budget_s)
-        except Exception as diag_exc:  # noqa: BLE001 - the original error is what matters
+        except Exception as diag_exc:  # the original error is what matters
             log.debug("diagnosis of a failed flush failed", exc_info=True)
             return SinkError(f"flush to {self.target_desc} failed: {self._reason(exc)} (finding the row failed: "
                              f"{self._reason(diag_exc)}); nothing of this flush was written")
@@ -73,7 +74,7 @@ class FlushDiagnosis:
                 try:
                     with conn.transaction():
                         self.write_rows(conn, [values])
-                except Exception as row_exc:  # noqa: BLE001 - classified below
+                except Exception as row_exc:  # classified below
                     kind = classify(row_exc)
                     if kind is Failure.ROW:
                         column = getattr(getattr(row_exc, "diag", None), "column_name", None)
@@ -96,7 +97,7 @@ class FlushDiagnosis:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(probe))
             conn.execute(sql.SQL("CREATE TEMP TABLE sink_probe AS SELECT * FROM {} WITH NO DATA")
                          .format(self.target))
-            for name, value in zip(self.columns, values):
+            for name, value in zip(self.columns, values, strict=True):
                 if value is None:
                     continue
                 statement = sql.SQL("INSERT INTO {} ({}) SELECT * FROM unnest({}::{}[])").format(
@@ -104,7 +105,7 @@ class FlushDiagnosis:
                 try:
                     with conn.transaction():
                         conn.execute(statement, [[value]])
-                except Exception as exc:  # noqa: BLE001 - classified below
+                except Exception as exc:  # classified below
                     if classify(exc) is Failure.ROW:
                         return name
                     raise
@@ -114,7 +115,7 @@ class FlushDiagnosis:
                  exc: BaseException | None) -> BadRowError:
         key = self.key_of(values)
         if not key:
-            text = repr(dict(zip(self.columns, values)))
+            text = repr(dict(zip(self.columns, values, strict=False)))
             key = {"row": text if len(text) <= 300 else text[:297] + "..."}
         col_type = ""
         if column and column in self.types:

@@ -19,7 +19,8 @@ Every failure of a write falls in one class (:func:`classify`):
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import psycopg
 

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from rtm_lakebase.sink_buffer import RowBuffer
 from rtm_lakebase.sink_errors import SinkError
@@ -102,7 +102,7 @@ class Flusher:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # noqa: BLE001 - never die silently: raised by add()/finish()
+        except BaseException as exc:  # never die silently: raised by add()/finish()
             with self._cond:
                 if self.error is None:
                     self.error = exc

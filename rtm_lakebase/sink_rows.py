@@ -19,9 +19,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from rtm_lakebase.sink_errors import BadRowError, SinkError
 
@@ -90,7 +91,7 @@ class RowLayout:
 
     @classmethod
     def for_first_row(cls, row: Any, columns: Sequence[str] | None,
-                      key_columns: Sequence[str] = ()) -> "RowLayout":
+                      key_columns: Sequence[str] = ()) -> RowLayout:
         """Columns as given, or else the first row's field names."""
         if columns:
             return cls(columns, key_columns, exact=False)

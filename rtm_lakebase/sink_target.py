@@ -14,14 +14,22 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from rtm_lakebase.pg_connection import ConnectionSettings, connect, redact
-from rtm_lakebase.pg_statements import (ColumnInfo, TableNotFound, copy_statement, fetch_columns,
-                                        insert_ignore_statement, primary_key_columns, table_identifier,
-                                        upsert_statement)
+from rtm_lakebase.pg_statements import (
+    ColumnInfo,
+    TableNotFound,
+    copy_statement,
+    fetch_columns,
+    insert_ignore_statement,
+    primary_key_columns,
+    table_identifier,
+    upsert_statement,
+)
 from rtm_lakebase.sink_diagnosis import FlushDiagnosis
 from rtm_lakebase.sink_errors import Failure, SinkConnectionError, SinkError, classify
 from rtm_lakebase.sink_metrics import SinkMetrics
@@ -34,7 +42,7 @@ log = logging.getLogger("rtm_lakebase.lakebase_sink")
 
 
 class PostgresTarget:
-    def __init__(self, connection: ConnectionSettings, settings: "SinkSettings", metrics: SinkMetrics):
+    def __init__(self, connection: ConnectionSettings, settings: SinkSettings, metrics: SinkMetrics):
         self.connection, self.settings, self.metrics = connection, settings, metrics
         self.identifier = table_identifier(settings.table, settings.schema)
         self.description = self.identifier.as_string(None)
@@ -118,16 +126,16 @@ class PostgresTarget:
                                          self._write_rows, self.redact)
 
     def key_of(self, values: tuple) -> dict[str, Any] | None:
-        return {k: values[i] for k, i in zip(self.key_columns, self._key_idx)} if self._key_idx else None
+        return {k: values[i] for k, i in zip(self.key_columns, self._key_idx, strict=True)} if self._key_idx else None
 
     # -- one flush ------------------------------------------------------------------------
     def write(self, batch: list[tuple], by_timer: bool) -> None:
         """Write one batch or raise BadRowError / SinkError / SinkConnectionError; nothing half-written."""
         started = time.perf_counter()
         if self.settings.mode == "append":  # COPY sends rows; columns are only looked at
-            arrays = list(zip(*batch))
+            arrays = list(zip(*batch, strict=True))
         else:  # one array parameter per column
-            arrays = [list(column) for column in zip(*batch)]
+            arrays = [list(column) for column in zip(*batch, strict=True)]
         problem = self._checks.first_problem(arrays)
         if problem is not None:
             row, column, reason = problem
@@ -144,7 +152,7 @@ class PostgresTarget:
                     copy.write_row(values)
             return len(batch)
         if arrays is None:
-            arrays = [list(column) for column in zip(*batch)]
+            arrays = [list(column) for column in zip(*batch, strict=True)]
         return max(conn.execute(self._statement, arrays).rowcount, 0)
 
     def _retrying(self, action: Callable[[psycopg.Connection], Any], what: str,
@@ -160,7 +168,7 @@ class PostgresTarget:
                 return action(conn)
             except (SinkError, KeyboardInterrupt, SystemExit):
                 raise
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # classified below
                 if connecting and not isinstance(exc, psycopg.Error):
                     raise  # settings that cannot work, a token source that failed: their own clear error
                 kind = classify(exc, connecting=connecting)

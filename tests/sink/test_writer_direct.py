@@ -11,9 +11,8 @@ import pytest
 from psycopg import sql
 from pyspark.sql import Row
 
-from rtm_lakebase.connection_budget import (ConnectionBudgetExceeded, check_connection_budget,
-                                        max_connections)
-from rtm_lakebase.lakebase_sink import (BadRowError, PostgresForeachWriter, SinkError, SinkSettings)
+from rtm_lakebase.connection_budget import ConnectionBudgetExceeded, check_connection_budget, max_connections
+from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkError, SinkSettings
 from rtm_lakebase.pg_connection import ConnectionSettings, Secret, redact
 from rtm_lakebase.pg_statements import create_table_sql
 from rtm_lakebase.sink_metrics import percentile

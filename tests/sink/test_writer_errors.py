@@ -134,7 +134,7 @@ def _overlapping_writers(dsn, table, keys, rounds):
     for r in range(rounds):
         barrier = threading.Barrier(2)
 
-        def task(order, r=r):
+        def task(order, r=r, barrier=barrier):
             w = writer(dsn, table, max_batch_rows=len(order) + 1, version_column="version")
             writers.append(w)
             w.open(0, r)
@@ -143,7 +143,7 @@ def _overlapping_writers(dsn, table, keys, rounds):
             barrier.wait()  # both flushes start together
             try:
                 w.close(None)
-            except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            except BaseException as exc:  # collected for the assertion
                 errors.append(exc)
 
         threads = [threading.Thread(target=task, args=(list(range(keys)),)),

@@ -11,9 +11,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rtm_lakebase.lakebase_sink import (BadRowError, PostgresForeachWriter, SinkConnectionError,
-                                    SinkSettings)
 from pack_lab.local_postgres import free_port
+from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkConnectionError, SinkSettings
 from rtm_lakebase.pg_connection import ConnectionSettings
 from rtm_lakebase.pg_statements import create_table_sql
 from tests.sink.helpers import make_table, table_rows

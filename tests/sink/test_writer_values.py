@@ -20,7 +20,7 @@ from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NAIVE = dt.datetime(2026, 1, 1, 12, 0)
 AWARE = dt.datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 TYPES = {"id": "bigint", "version": "bigint", "name": "text", "ts": "timestamptz", "day": "date",
@@ -156,7 +156,7 @@ def test_generated_values_are_written_or_named_never_raw(pg_dsn, pg_conn, values
     else:
         got = table_rows(pg_conn, table)
         assert len(got) == len(values)
-        for (version, name, _ts, x), stored in zip(values, got):
+        for (version, name, _ts, x), stored in zip(values, got, strict=True):
             assert stored[1] == version and stored[2] == name  # nothing converted on the way
             x = float(x) if type(x) is int else x
             assert (stored[4] is None and x is None) or stored[4] == x or (math.isnan(stored[4]) and math.isnan(x))
