@@ -364,7 +364,8 @@ START, END = "<!-- sink_benchmark:start -->", "<!-- sink_benchmark:end -->"
 def render_markdown(report: dict[str, Any]) -> str:
     """The figures table for the reference (between its sink_benchmark markers)."""
     lines = ["| writer (one connection, commit every "
-             f"{report['args']['batch']:,} rows) | rows | rows/s | × raw `COPY` | × `COPY` into the keyed table |",
+             f"{report['args']['batch']:,} rows) | rows | best rows/s | × raw `COPY` (median) | "
+             "× `COPY` into the keyed table (median) |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for r in report["direct"]:
         keyed = r.get("ratio_to_keyed_copy")
