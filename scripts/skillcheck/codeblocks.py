@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .codes import CODES
 from .findings import Finding
+from .excerpts import EXCERPT_RE, region
 from .markdown import Block, Document
 from .rules import python_rules, text_rules
 from .rules.prose import check_text
 
 PYTHON_LANGS = {"python", "py", "python3"}
 OPTOUT_RE = re.compile(r"^skills:\s*allow\b\s*(?P<codes>[A-Za-z0-9_,\s]*?)\s*(?:--\s*(?P<reason>.*?))?\s*$")
-EXCERPT_RE = re.compile(r"^excerpt:\s*(?P<path>[^#\s]+)#(?P<name>[\w.-]+)\s*$")
-MARKER_RE = re.compile(r"^\s*#\s*--8<--\s*\[(?P<kind>start|end):(?P<name>[\w.-]+)\]\s*$")
 PY_OPTOUT_RE = re.compile(r"#\s*skills:\s*allow\s+(?P<codes>[A-Z0-9_,\s]+?)\s*(?:--\s*(?P<reason>.*))?$")
 
 
@@ -104,32 +102,18 @@ def check_excerpt(block: Block, path: str, line: int, target: str, name: str,
     source = read_module(target)
     if source is None:
         return [Finding(path, line, 1, "EXC001", f"excerpt module {target} not found")]
-    region: list[str] | None = None
-    starts = ends = 0
-    lines = source.splitlines()
-    for i, text in enumerate(lines):
-        m = MARKER_RE.match(text)
-        if m and m.group("name") == name:
-            if m.group("kind") == "start":
-                starts += 1
-                begin = i + 1
-            else:
-                ends += 1
-                if starts == 1 and region is None:
-                    region = lines[begin:i]
-    if starts != 1 or ends != 1 or region is None:
-        return [Finding(path, line, 1, "EXC002",
-                        f"region {name!r} in {target} needs exactly one start and one end marker (found {starts} start, {ends} end)")]
-    expected = textwrap.dedent("\n".join(region)).splitlines()
+    expected, problem = region(source, name)
+    if expected is None:
+        return [Finding(path, line, 1, "EXC002", f"region {name!r} in {target} {problem}")]
     actual = [l.rstrip() for l in block.lines]
-    expected = [l.rstrip() for l in expected]
     if actual != expected:
         for k in range(max(len(actual), len(expected))):
             a = actual[k] if k < len(actual) else "<end of block>"
             e = expected[k] if k < len(expected) else "<end of region>"
             if a != e:
                 return [Finding(path, block.content_start + k, 1, "EXC003",
-                                f"block differs from {target}#{name} at block line {k + 1}: expected {e!r}, found {a!r}")]
+                                f"block differs from {target}#{name} at block line {k + 1}: expected {e!r}, "
+                                f"found {a!r}; run `python scripts/skills.py generate`")]
     return []
 
 

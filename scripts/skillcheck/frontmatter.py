@@ -28,6 +28,8 @@ import yaml
 
 from .findings import Finding
 from .markdown import Document
+from .limits import MAX_FRONT_MATTER_BYTES, MAX_NESTING
+from .readfile import read_pack_text
 
 ALLOWED_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -43,16 +45,44 @@ class FrontMatter:
 def read_install_name(root: Path) -> tuple[str | None, str | None]:
     """(install-name, problem) from pyproject.toml's [tool.skill] table."""
     path = root / "pyproject.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None, "pyproject.toml not found (it declares [tool.skill] install-name)"
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return None, f"pyproject.toml unreadable: {exc}"
-    name = data.get("tool", {}).get("skill", {}).get("install-name")
+    text, problem = read_pack_text(root, "pyproject.toml")
+    if problem:
+        return None, f"pyproject.toml unreadable: {problem.message}"
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        return None, f"pyproject.toml unreadable: {_first_line(exc)}"
+    tool = data.get("tool")
+    skill = tool.get("skill") if isinstance(tool, dict) else None
+    name = skill.get("install-name") if isinstance(skill, dict) else None
     if not isinstance(name, str) or not name:
         return None, "pyproject.toml has no [tool.skill] install-name"
     return name, None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
+def _yaml_shape_problem(raw: str) -> str | None:
+    """Refuse aliases (exponential expansion) and nesting past MAX_NESTING, from the event stream (no recursion)."""
+    depth = 0
+    try:
+        for event in yaml.parse(raw, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                return "YAML aliases (*name) are not allowed"
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_NESTING:
+                    return f"nested deeper than {MAX_NESTING} levels"
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # reported with its position by safe_load
+    return None
 
 
 def parse_front_matter(doc: Document) -> tuple[FrontMatter, list[Finding]]:
@@ -61,8 +91,17 @@ def parse_front_matter(doc: Document) -> tuple[FrontMatter, list[Finding]]:
         return FrontMatter({}, False), [Finding(path, 1, 1, "FM001", "no front matter: SKILL.md must start with a '---' YAML block")]
     first, last = doc.front_matter
     raw = "\n".join(doc.lines[first:last - 1])
+    if len(raw.encode("utf-8")) > MAX_FRONT_MATTER_BYTES:
+        return FrontMatter({}, False), [Finding(path, first, 1, "FM001",
+                                                f"front matter is over {MAX_FRONT_MATTER_BYTES:,} bytes")]
     try:
+        problem = _yaml_shape_problem(raw)
+        if problem:
+            return FrontMatter({}, False), [Finding(path, first, 1, "FM001", f"front matter refused: {problem}")]
         data = yaml.safe_load(raw) if raw.strip() else None
+    except (RecursionError, MemoryError) as exc:
+        return FrontMatter({}, False), [Finding(path, first, 1, "FM001",
+                                                f"front matter cannot be read: {type(exc).__name__}")]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = first + 1 + (mark.line if mark else 0)

@@ -81,6 +81,10 @@ class Document:
     def body_start(self) -> int:
         return self.front_matter[1] + 1 if self.front_matter else 1
 
+    def in_code(self, lineno: int) -> bool:
+        """True when 1-based ``lineno`` is part of a fenced code block (fences included)."""
+        return any(b.start <= lineno <= b.end for b in self.blocks)
+
 
 def find_front_matter(lines: list[str]) -> tuple[int, int] | None:
     if not lines or lines[0].rstrip() != "---":

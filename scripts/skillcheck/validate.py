@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .codeblocks import check_document, check_module
-from .findings import Finding, unique_sorted
+from .findings import Finding, capped, unique_sorted
+from .generated import Renderer, check_blocks
+from .limits import MAX_FINDINGS_PER_FILE
 from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .links import check_links
 from .manifest import check_manifest, read_text
@@ -84,13 +86,15 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
             out += check_front_matter(skill, fm, name, problem)
             out += check_routing(skill, references)
 
-    # Every Markdown file: links, code blocks, excerpts, prose; references: title + summary.
+    # Every Markdown file: links, code blocks, excerpts, generated blocks, prose; references: title + summary.
+    renderer = Renderer(root)
     for rel in md_files:
         doc = pack.doc(rel)
         if doc is None:
             continue
         out += check_links(doc, root, pack.doc)
         out += check_document(doc, pack.module_text)
+        out += check_blocks(rel, doc.lines, renderer, doc.in_code)
         if rel in references:
             out += check_reference_shape(doc)
 
@@ -113,8 +117,12 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
 
         readable_md = [rel for rel in md_files if pack.doc(rel) is not None]
         out += run_markdownlint(root, readable_md)
-        out += run_mkdocs(root)
+        if any(f.code == "PACK003" for f in pack.findings):
+            out.append(Finding("mkdocs.yml", 1, 1, "EXT002",
+                               "mkdocs build skipped: the pack holds files that are not regular files (PACK003)"))
+        else:
+            out += run_mkdocs(root)
 
     out += pack.findings
     checked = len(set(md_files) | {rel for rel, _ in files})
-    return unique_sorted(out), checked
+    return capped(unique_sorted(out), MAX_FINDINGS_PER_FILE), checked

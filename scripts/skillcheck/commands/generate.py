@@ -1,4 +1,10 @@
-"""``skills.py generate``: rewrite manifest.json (``--check``: only report what is stale)."""
+"""``skills.py generate``: rewrite every generated file and block; ``--check`` writes nothing and reports.
+
+What it writes, in order: reference excerpts (fences after ``<!-- excerpt: ... -->``),
+the blocks between ``<!-- generated:NAME -->`` markers (see
+:mod:`skillcheck.generated`), then manifest.json (it hashes the files above).
+``validate`` reports the same things as findings (EXC003, GEN001, MAN004).
+"""
 
 from __future__ import annotations
 
@@ -6,26 +12,35 @@ import argparse
 
 from . import add_root, root_of
 
-HELP = "rewrite manifest.json and every generated Markdown block (--check: report, write nothing)"
+HELP = "rewrite manifest.json, excerpts and generated Markdown blocks (--check: report, write nothing)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_root(parser)
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 and list what generate would change")
+                        help="write nothing; list what generate would change and exit 1 if anything is stale")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..manifest import MANIFEST, PackError, check_manifest, write_manifest
+    from ..regenerate import regenerate_markdown
 
     root = root_of(args)
+    changed, problems = regenerate_markdown(root, write=not args.check)
+    for f in problems:
+        print(f.text())
     if args.check:
-        stale = [f for f in check_manifest(root) if f.code == "MAN004" or f.code == "MAN001"]
+        stale = [f for f in check_manifest(root) if f.code in ("MAN001", "MAN004")]
+        for rel in changed:
+            print(f"{rel}:1:1 GEN001 generated content is stale; run `python scripts/skills.py generate`")
         for f in stale:
             print(f.text())
-        print("FAILED: generated files are stale; run `python scripts/skills.py generate`" if stale
-              else "OK: every generated file is current")
-        return 1 if stale else 0
+        ok = not (changed or stale or problems)
+        print("OK: every generated file and block is current" if ok
+              else "FAILED: generated content is stale or cannot be generated")
+        return 0 if ok else 1
+    for rel in changed:
+        print(f"rewrote {rel}")
     try:
         path = write_manifest(root)
     except PackError as exc:
@@ -34,4 +49,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"FAILED: {MANIFEST} not written")
         return 1
     print(f"wrote {path.relative_to(root)}")
-    return 0
+    return 1 if problems else 0
