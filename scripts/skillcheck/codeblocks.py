@@ -126,7 +126,10 @@ def check_document(doc: Document, read_module: Callable[[str], str | None]) -> l
         out += found
         block_findings: list[Finding] = []
         if not block.lang:
-            out.append(Finding(path, block.start, block.indent + 1, "MD001", "fenced block has no language tag"))
+            out.append(Finding(path, block.start, block.indent + 1, "FENCE001", "fenced block has no language tag"))
+        if not block.closed:
+            out.append(Finding(path, block.start, block.indent + 1, "FENCE002",
+                               f"fence opened here is never closed (runs to line {block.end})"))
         if block.lang in PYTHON_LANGS:
             res, _ = check_python_source(block.source, path, block.start, block.indent)
             block_findings += res
@@ -141,10 +144,11 @@ def check_document(doc: Document, read_module: Callable[[str], str | None]) -> l
         out += stale(optouts, path)
     # Excerpt comments not directly above a fence.
     fence_comment_lines = {ln for b in doc.blocks for ln, _ in b.comments}
-    for i, raw in enumerate(doc.lines, 1):
-        s = raw.strip()
-        if s.startswith("<!--") and "excerpt:" in s and i not in fence_comment_lines and i >= doc.body_start:
-            out.append(Finding(path, i, 1, "EXC004", "excerpt comment is not directly followed by a fenced block"))
+    for line, body in doc.comments:
+        if body.startswith("excerpt:") and line not in fence_comment_lines:
+            out.append(Finding(path, line, 1, "EXC004", "excerpt comment is not directly followed by a fenced block"))
+    for line in doc.unclosed_comments:
+        out.append(Finding(path, line, 1, "HTML001", "HTML comment opened here is never closed with '-->'"))
     for para in doc.paragraphs:
         optouts, found = parse_optouts(para.comments, path)
         out += found

@@ -24,8 +24,8 @@ _ALL = [
     Code("PACK002", "a pack file cannot be read or is not UTF-8", "Make the file readable and save it as UTF-8."),
     Code("PACK003", "a pack path is not a regular file inside the pack (FIFO, device, socket, directory, broken "
          "symlink or symlink leaving the pack); it is never opened", "Replace it with a regular file, or remove it."),
-    Code("PACK004", "a pack file is over the validator's size limit; it is not scanned",
-         "Split the file; references and modules stay far below the limit (see the limits line below)."),
+    Code("PACK004", "a pack file is over one of the validator's size limits (bytes; headings for anchors)",
+         "Split the file; references and modules stay far below the limits (see the limits line below)."),
     Code("PACK005", "more findings in one file than the per-file limit; the rest are counted, not listed",
          "Fix the listed findings and validate again."),
     # SKILL.md front matter (Agent Skills specification)
@@ -53,11 +53,17 @@ _ALL = [
     Code("MAN005", "the manifest JSON Schema is missing or not a valid draft 2020-12 schema",
          "Restore schemas/manifest.schema.json and check it with Draft202012Validator.check_schema."),
     # Markdown structure
-    Code("MD001", "fenced code block without a language tag", "Tag every fence: ```python, ```text, ```bash, ```sql ..."),
-    Code("MD002", "reference does not start with '# Title' on line 1 followed by a summary paragraph",
+    # (FENCE001/REF001 were MD001/MD002 until they clashed with markdownlint's rule IDs.)
+    Code("FENCE001", "fenced code block without a language tag", "Tag every fence: ```python, ```text, ```bash, ```sql ..."),
+    Code("FENCE002", "code fence never closed (it swallows the rest of the file or list item)",
+         "Close the fence with the same marker (``` or ~~~), at least as long as the opening one."),
+    Code("HTML001", "HTML comment never closed (the rest of the page disappears from the site)",
+         "Close the comment with '-->', or write '<!--' inside a code span."),
+    Code("REF001", "reference does not start with '# Title' on line 1 followed by a summary paragraph",
          "Put the H1 on line 1, a blank line, then a one-paragraph summary."),
     Code("LINK001", "relative link target does not exist", "Fix the path (relative to the Markdown file) or remove the link."),
-    Code("LINK002", "link anchor matches no heading", "Use the heading's slug: lowercase, spaces to '-', punctuation dropped."),
+    Code("LINK002", "link anchor matches no heading id as the site renders it (Python-Markdown toc, mkdocs.yml settings)",
+         "Use the heading's id: lowercase, spaces to '-', punctuation dropped; a repeated heading gets _1, _2 ..."),
     # Code blocks
     Code("PY001", "python block or example module does not parse", "Make the code valid Python; show pseudo-code in a ```text block."),
     Code("EX001", "example module has no docstring", "Start the module with a docstring whose first line summarises it."),

@@ -12,12 +12,15 @@ MAX_FILE_BYTES = 1_000_000
 MAX_FINDINGS_PER_FILE = 50
 #: Deepest nesting accepted in YAML front matter and JSON files (lists/mappings inside each other).
 MAX_NESTING = 64
+#: Most headings per Markdown file whose anchors are computed; more is PACK004.
+MAX_HEADINGS = 2_000
 #: Largest SKILL.md front matter (bytes); the Agent Skills fields fit in far less.
 MAX_FRONT_MATTER_BYTES = 64 * 1024
 
 
 def describe() -> str:
     return (f"Limits: files over {MAX_FILE_BYTES:,} bytes are not scanned (PACK004); "
+            f"files with more than {MAX_HEADINGS:,} headings get anchors for the first {MAX_HEADINGS:,} only (PACK004); "
             f"at most {MAX_FINDINGS_PER_FILE} findings are shown per file, the rest counted in one PACK005; "
             f"YAML/JSON nesting deeper than {MAX_NESTING} levels and front matter over "
             f"{MAX_FRONT_MATTER_BYTES:,} bytes are refused (FM001/MAN002); Python too deeply nested for "

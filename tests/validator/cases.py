@@ -122,8 +122,10 @@ CASES: dict[str, tuple] = {
                lambda r: _edit(r, "references/guide.md", "in one paragraph", "in one short paragraph")),
     "MAN005": (lambda r: (r / "schemas" / "manifest.schema.json").write_text(
         '{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": 5}', encoding="utf-8"), _nothing),
-    "MD001": (lambda r: add_block(r, "plain words", lang=""), lambda r: add_block(r, "plain words", lang="text")),
-    "MD002": (lambda r: _edit(r, "references/guide.md", "# Guide\n\nHow", "# Guide\n\n## Start\n\nHow"),
+    "FENCE001": (lambda r: add_block(r, "plain words", lang=""), lambda r: add_block(r, "plain words", lang="text")),
+    "FENCE002": (_prose("```python\nx = 1\n"), _prose("```python\nx = 1\n```\n")),
+    "HTML001": (_prose("Before.\n\n<!-- never closed\n\nAfter."), _prose("Before.\n\n<!-- closed\n-->\n\nAfter.")),
+    "REF001": (lambda r: _edit(r, "references/guide.md", "# Guide\n\nHow", "# Guide\n\n## Start\n\nHow"),
               lambda r: _edit(r, "references/guide.md", "How to write", "This page shows how to write")),
     "LINK001": (_prose("See [the missing page](missing.md)."), _prose("See [the guide](guide.md).")),
     "LINK002": (_prose("See [the sink](#the-sinks)."), _prose("See [the sink](guide.md#the-sink).")),
