@@ -87,8 +87,14 @@ def check_python_source(source: str, path: str, line_offset: int = 0, col_offset
         out.append(Finding(path, exc.lineno or 1, exc.offset or 1, "PY001", f"does not parse: {exc.msg}"))
     except ValueError as exc:  # e.g. null bytes
         out.append(Finding(path, 1, 1, "PY001", f"does not parse: {exc}"))
+    except (RecursionError, MemoryError) as exc:
+        out.append(Finding(path, 1, 1, "PY002", f"too deeply nested for the Python parser ({type(exc).__name__})"))
     if tree is not None:
-        out += python_rules(tree, path)
+        try:
+            out += python_rules(tree, path)
+        except (RecursionError, MemoryError) as exc:
+            out.append(Finding(path, 1, 1, "PY002", f"too deeply nested to check the rules ({type(exc).__name__})"))
+            tree = None
     shifted = [Finding(f.path, f.line + line_offset, f.col + col_offset, f.code, f.message) for f in set(out)]
     return shifted, tree
 

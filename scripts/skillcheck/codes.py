@@ -66,6 +66,8 @@ _ALL = [
          "Use the heading's id: lowercase, spaces to '-', punctuation dropped; a repeated heading gets _1, _2 ..."),
     # Code blocks
     Code("PY001", "python block or example module does not parse", "Make the code valid Python; show pseudo-code in a ```text block."),
+    Code("PY002", "python block or module nested too deeply for the parser or the rules (not checked)",
+         "Flatten the code: name intermediate results instead of nesting expressions hundreds deep."),
     Code("EX001", "example module has no docstring", "Start the module with a docstring whose first line summarises it."),
     Code("OPT001", "opt-out comment without a reason", "Write <!-- skills: allow CODE -- why this block is wrong on purpose -->."),
     Code("OPT002", "opt-out suppresses nothing (stale)", "Remove the code from the opt-out, or the opt-out itself."),

@@ -11,6 +11,7 @@ import ast
 import hashlib
 import json
 import tomllib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def _project_version(root: Path) -> str:
 def build_manifest(root: Path) -> dict[str, Any]:
     """The manifest `generate` writes; raises PackError when SKILL.md or a pack file cannot be read."""
     problems: list[Finding] = []
-    if not (root / "SKILL.md").is_file():
+    if not os.path.lexists(root / "SKILL.md"):
         raise PackError([Finding("SKILL.md", 1, 1, "PACK001", "SKILL.md not found at the pack root")])
     text, err = read_text(root, "SKILL.md")
     if err:

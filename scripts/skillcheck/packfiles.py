@@ -28,7 +28,7 @@ def _skipped(rel: str) -> bool:
 def pack_files(root: Path) -> list[tuple[str, str]]:
     """(relative path, role) of every pack file, sorted by path."""
     found: dict[str, str] = {}
-    if (root / "SKILL.md").exists():
+    if os.path.lexists(root / "SKILL.md"):
         found["SKILL.md"] = "skill"
     patterns = [
         ("references", "**/*.md", "reference"),

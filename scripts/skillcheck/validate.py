@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .codeblocks import check_document, check_module
@@ -72,7 +73,7 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
     references = [rel for rel, role in files if role == "reference"]
 
     # SKILL.md: front matter and routing table.
-    if not (root / "SKILL.md").is_file():
+    if not os.path.lexists(root / "SKILL.md"):
         out.append(Finding("SKILL.md", 1, 1, "PACK001", "SKILL.md not found at the pack root"))
     else:
         skill = pack.doc("SKILL.md")
