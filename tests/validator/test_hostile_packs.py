@@ -75,7 +75,7 @@ NESTED_PYTHON = {
 
 
 @pytest.mark.parametrize("shape", sorted(NESTED_PYTHON))
-@pytest.mark.parametrize("depth", [100, 5_000, 60_000])
+@pytest.mark.parametrize("depth", [100, 5_000, 30_000])
 def test_deep_python_in_a_block_and_a_module(pack, shape, depth):
     code = NESTED_PYTHON[shape](depth)
     guide = pack / "references" / "guide.md"
@@ -86,7 +86,7 @@ def test_deep_python_in_a_block_and_a_module(pack, shape, depth):
     for path in ("references/guide.md", "examples/deep.py"):
         codes = _codes_at(found, path)
         if depth >= 5_000:
-            assert codes & {"PY001", "PY002"}, (shape, path, codes)
+            assert codes & {"PY001", "PY002", "PACK004"}, (shape, path, codes)
 
 
 @pytest.mark.parametrize("yaml_value", [
