@@ -130,6 +130,7 @@ CASES: dict[str, tuple] = {
     "LINK001": (_prose("See [the missing page](missing.md)."), _prose("See [the guide](guide.md).")),
     "LINK002": (_prose("See [the sink](#the-sinks)."), _prose("See [the sink](guide.md#the-sink).")),
     "PY001": (_py("def f(:\n    pass\n"), _py("def f():\n    pass\n")),
+    "PY002": (_py("x = " + "-" * 50_000 + "1\n"), _py("x = " + "-" * 50 + "1\n")),
     "EX001": (_module("nodoc", "VALUE = 1\n"), _module("nodoc", '"""Has a docstring."""\nVALUE = 1\n')),
     "OPT001": (_py(BAD_RT, "<!-- skills: allow RTM001 -->"), _py(BAD_RT, "<!-- skills: allow RTM001 -- shows the boolean mistake -->")),
     "OPT002": (_py("x = 1\n", "<!-- skills: allow RTM001 -- nothing to hide -->"),
