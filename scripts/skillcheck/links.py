@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from .findings import Finding

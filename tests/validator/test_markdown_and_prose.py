@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import markdown
 import pytest
-from markdown.extensions.toc import slugify as toc_slugify
 
 from skillcheck.anchors import anchors
 from skillcheck.markdown import parse
