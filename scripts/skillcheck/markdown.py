@@ -32,6 +32,8 @@ INLINE_CODE_RE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 LINK_RE = re.compile(r"(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*(?P<target><[^>]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
 
 _MD = MarkdownIt("commonmark").enable("table")
+#: A CommonMark backslash escape: backslash + ASCII punctuation.
+_ESCAPE_RE = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 
 @dataclass
@@ -255,7 +257,7 @@ def _locate_links(lines: list[str], start: int, stop: int, hrefs: dict[str, int]
             target = m.group("target")
             if target.startswith("<") and target.endswith(">"):
                 target = target[1:-1]
-            key = _MD.normalizeLink(target.replace("\\", ""))
+            key = _MD.normalizeLink(_ESCAPE_RE.sub(r"\1", target))
             if hrefs.get(key, 0) > 0:
                 hrefs[key] -= 1
                 out.append(Link(target, ln, m.start() + 1, m.group("text")))
