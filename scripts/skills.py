@@ -4,11 +4,13 @@
     python scripts/skills.py generate [--root PATH] [--check]
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
+    python scripts/skills.py package [--root PATH] [--out DIR]
 
 `generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
 summary line, and exits 1 when there are findings, 0 when clean; `rules` lists
-the finding codes. Usage errors exit 2. No subcommand prints a traceback: an
+the finding codes; `package` builds the installed skill folder and its zip.
+Usage errors exit 2. No subcommand prints a traceback: an
 unexpected error is one line on stderr (exit 3; SKILLS_DEBUG=1 shows the
 traceback).
 
@@ -33,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "generate": "skillcheck.commands.generate",
     "validate": "skillcheck.commands.validate",
     "rules": "skillcheck.commands.rules",
+    "package": "skillcheck.commands.package",
 }
 
 
