@@ -52,7 +52,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "rate_sweep.json"
-DOC_START, DOC_END = "<!-- rate_sweep:start -->", "<!-- rate_sweep:end -->"
+#: The results table's markers; `scripts/skills.py generate` writes the block (generator "rate-sweep" renders
+#: :func:`markdown_table` from the committed JSON).
+DOC_START, DOC_END = "<!-- generated:rate-sweep -->", "<!-- /generated:rate-sweep -->"
 #: Every document that embeds the results table between the markers above.
 TABLE_DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "references" / "real-time-mode.md")
 
@@ -376,11 +378,12 @@ def text_table(results: dict[str, Any]) -> str:
                                for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
 
 
-def update_document(results: dict[str, Any], document: Path) -> None:
-    text = document.read_text(encoding="utf-8")
-    start, end = text.index(DOC_START), text.index(DOC_END)
-    text = text[:start + len(DOC_START)] + "\n\n" + markdown_table(results) + "\n\n" + text[end:]
-    document.write_text(text, encoding="utf-8")
+def update_documents() -> list[str]:
+    """Rewrite the table wherever the pack embeds it, from the committed JSON (the shared block writer)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from skillcheck.generated import write_from_script
+
+    return write_from_script("rate-sweep")
 
 
 # ------------------------------------------------------------------ main
@@ -472,9 +475,11 @@ def report(results: dict[str, Any], output: Path, update_docs: bool) -> int:
           f"p99 ≤ {TARGET['p99_ms']} ms): {results['target']['verdict']}")
     print(f"wrote {chart}")
     if update_docs:
-        for document in TABLE_DOCUMENTS:
-            update_document(results, document)
-            print(f"updated {document}")
+        if output.resolve() != DEFAULT_OUTPUT.resolve():
+            print(f"not updating the tables: they are generated from {DEFAULT_OUTPUT.relative_to(ROOT)}")
+        else:
+            for document in update_documents():
+                print(f"updated {document}")
     return 0
 
 

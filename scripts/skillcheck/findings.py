@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Iterable
+from collections.abc import Iterable
 
 
 @dataclass(frozen=True, order=True)
@@ -31,6 +31,21 @@ def shifted(finding: Finding, path: str, line_offset: int, col_offset: int = 0) 
 
 def unique_sorted(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(set(findings))
+
+
+def capped(findings: list[Finding], per_file: int) -> list[Finding]:
+    """At most ``per_file`` findings per path (sorted input), then one PACK005 counting the rest."""
+    out: list[Finding] = []
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.path] = counts.get(f.path, 0) + 1
+        if counts[f.path] <= per_file:
+            out.append(f)
+    for path, n in counts.items():
+        if n > per_file:
+            out.append(Finding(path, 1, 1, "PACK005",
+                               f"{n - per_file} more findings in this file not shown (limit {per_file} per file)"))
+    return sorted(out)
 
 
 def summary_line(findings: list[Finding], files_checked: int) -> str:
