@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -81,7 +82,7 @@ def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
     quantiles = ("p50", "p95", "p99")
     fig, axes = plt.subplots(1, len(quantiles), figsize=(12, 4.2), sharey=True)
     target = results.get("target", {})
-    for ax, q in zip(axes, quantiles):
+    for ax, q in zip(axes, quantiles, strict=True):
         for path, (colour, label) in PATH_STYLE.items():
             points = [p for p in results.get("points", []) if p["path"] == path and "visible" in p
                       and q in p["visible"]]
@@ -150,7 +151,7 @@ def render_sink_benchmark(results: Mapping[str, Any], out: Path) -> Path:
     rates = [max(d["rows_per_s"], 1) for d in direct]
     ax.barh(ys, rates, height=0.6, color=["#4d4d4d" if "raw COPY" in d["name"] else "#2166ac"
                                           for d in direct])
-    for y, d in zip(ys, direct):
+    for y, d in zip(ys, direct, strict=True):
         ax.annotate(f"{d['rows_per_s']:,.0f}/s ({d['ratio_to_copy']:.2f}× COPY)", xy=(d["rows_per_s"], y),
                     xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
     ax.set_yticks(ys, [d["name"] for d in direct])

@@ -36,8 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "foreach_latency.json"
@@ -170,8 +171,7 @@ def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path,
     """Run one case: start the query, warm up, feed at ``rate`` for ``seconds``, drain, stop."""
     from pyspark.sql import functions as F
 
-    from pack_lab.latency_probe import (LatencyRecordingWriter, latency_report, now_ms,
-                                        read_samples, with_plan_time)
+    from pack_lab.latency_probe import LatencyRecordingWriter, latency_report, now_ms, read_samples, with_plan_time
     from pack_lab.rtm_lab import RealTimeMemorySource
 
     out = workdir / spec["name"] / "out"
@@ -193,7 +193,7 @@ def run_case(spark: Any, spec: dict[str, Any], seconds: float, workdir: Path,
                    else {"processingTime": spec["trigger"]})
         query = (df.writeStream.foreach(LatencyRecordingWriter(out)).outputMode("update")
                  .trigger(**trigger).option("checkpointLocation", checkpoint).start())
-        is_active = lambda: query.isActive  # noqa: E731 - same shape as the JVM handle
+        is_active = lambda: query.isActive
     try:
         # Warm-up row without a source stamp: the report skips it.
         source.add([{"id": -1, "source_ms": None}])
@@ -393,7 +393,7 @@ def text_table(results: dict[str, Any]) -> str:
     rows = [list(TABLE_COLUMNS)] + table_rows(results)
     widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
 
 
 def update_readme() -> list[str]:
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         active = SparkSession.getActiveSession()
         master = active.sparkContext.master if active is not None else None
     results = {"benchmark": "foreach_latency",
-               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+               "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
                "quick": args.quick, "seconds": seconds, "warmup_s": warmup,
                "machine": machine_info(master),
                "percentile_method": "nearest-rank", "cases": cases}

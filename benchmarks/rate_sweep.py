@@ -44,8 +44,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -270,7 +271,7 @@ def sweep(spark, dsn: str, *, paths: list[str], rates: list[int | str], seconds:
           dwell_ms: int, batch_rows: int, warmup: float, jvm_why_not: str | None,
           log: Log = _log) -> dict[str, Any]:
     results: dict[str, Any] = {
-        "benchmark": "rate_sweep", "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+        "benchmark": "rate_sweep", "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
         "machine": machine_info(spark), "trigger": trigger, "seconds": seconds,
         "dwell_ms": dwell_ms, "batch_rows": batch_rows, "percentile_method": "nearest-rank",
         "points": [],
@@ -375,7 +376,7 @@ def text_table(results: dict[str, Any]) -> str:
     rows = [list(COLUMNS)] + table_rows(results)
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
 
 
 def update_documents() -> list[str]:

@@ -269,13 +269,13 @@ def rtm_run(spark, total: int, chunk: int, pause: float, sink: str, dsn: str, ta
     if sink == "noop":
         os.makedirs(folder, exist_ok=True)
         writer = NoopForeachWriter(folder)
-        seen = lambda: counted(folder)  # noqa: E731
+        seen = lambda: counted(folder)
     else:
         writer = PostgresForeachWriter(dsn, SinkSettings(table=table, key_columns=("id",),
                                                          max_batch_rows=1000, max_dwell_ms=100))
         conn = psycopg.connect(dsn, autocommit=True)
         count_sql = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
-        seen = lambda: conn.execute(count_sql).fetchone()[0]  # noqa: E731
+        seen = lambda: conn.execute(count_sql).fetchone()[0]
     query = (source.dataframe().writeStream.foreach(writer).outputMode("update")
              .trigger(realTime=MIN_REAL_TIME_TRIGGER).option("checkpointLocation", checkpoint).start())
     pad = "x" * 64

@@ -29,8 +29,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 #: The columns each stream carries (the lab source refuses any other key).
 REQUEST_COLUMNS = ("transaction_id", "request_id", "ad_id", "event_ms")

@@ -6,7 +6,8 @@ Used by ``tests/test_attribution.py``. Nothing here belongs in user code.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pack_lab.file_sink import read_rows
 
@@ -52,7 +53,7 @@ class TeeWriter:
             raise failure
 
 
-def sources(spark: "SparkSession"):
+def sources(spark: SparkSession):
     """(requests, acks): one lab source per stream, one partition each."""
     from pack_lab.rtm_lab import RealTimeMemorySource
     from rtm_lakebase.attribution import ACK_SCHEMA_DDL, REQUEST_SCHEMA_DDL
@@ -61,12 +62,12 @@ def sources(spark: "SparkSession"):
             RealTimeMemorySource(spark, ACK_SCHEMA_DDL))
 
 
-def input_rows(query: "StreamingQuery") -> int:
+def input_rows(query: StreamingQuery) -> int:
     """Rows the query has taken in so far, by its progress reports."""
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
-def input_batch_times(query: "StreamingQuery") -> list[int]:
+def input_batch_times(query: StreamingQuery) -> list[int]:
     """Start times (epoch ms) of the batches that took in rows, oldest first."""
     from datetime import datetime
 
@@ -74,7 +75,7 @@ def input_batch_times(query: "StreamingQuery") -> list[int]:
             for p in query.recentProgress if p["numInputRows"] > 0]
 
 
-def wait_until(predicate: Callable[[], bool], query: "StreamingQuery", timeout: float,
+def wait_until(predicate: Callable[[], bool], query: StreamingQuery, timeout: float,
                what: str, poll: float = 0.5) -> None:
     """Poll ``predicate()``; fail at once with the query's error if it dies."""
     deadline = time.monotonic() + timeout
@@ -87,7 +88,7 @@ def wait_until(predicate: Callable[[], bool], query: "StreamingQuery", timeout: 
         time.sleep(poll)
 
 
-def wait_for_output(folder: str, query: "StreamingQuery", count: int, timeout: float = 120.0,
+def wait_for_output(folder: str, query: StreamingQuery, count: int, timeout: float = 120.0,
                     keep: Callable[[Mapping[str, Any]], bool] = lambda r: True) -> list[dict]:
     """Until ``count`` kept rows are in the file sink; return them."""
     wait_until(lambda: sum(1 for r in read_rows(folder) if keep(r)) >= count, query, timeout,
@@ -95,7 +96,7 @@ def wait_for_output(folder: str, query: "StreamingQuery", count: int, timeout: f
     return [r for r in read_rows(folder) if keep(r)]
 
 
-def state_rows(spark: "SparkSession", checkpoint: str) -> dict[str, int]:
+def state_rows(spark: SparkSession, checkpoint: str) -> dict[str, int]:
     """Rows left in each state variable and in the timer index, read with the state data source."""
     counts = {}
     for name in STATE_VARIABLES:
@@ -106,7 +107,7 @@ def state_rows(spark: "SparkSession", checkpoint: str) -> dict[str, int]:
     return counts
 
 
-def warm_up(requests, acks, folder: str, query: "StreamingQuery", timeout: float = 180.0) -> None:
+def warm_up(requests, acks, folder: str, query: StreamingQuery, timeout: float = 180.0) -> None:
     """Send one matched pair (``transaction_id`` "warm-up") and wait for its row.
 
     The first batch of a Python ``transformWithState`` query starts its workers

@@ -17,8 +17,9 @@ Each output row is a dict with the columns of ``ATTRIBUTION_SCHEMA``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rtm_lakebase.attribution import MATCHED, UNMATCHED_ACK, UNMATCHED_REQUEST
 

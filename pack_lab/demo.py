@@ -33,12 +33,20 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pack_lab.demo_options import PATH_TITLES, DemoOptions, parse_args
-from pack_lab.demo_report import (CHART_NAME, REPORT_NAME, PathResult, format_notes,  # noqa: F401
-                                  format_table, overall_ok, write_chart, write_report)
+from pack_lab.demo_report import (  # noqa: F401
+    CHART_NAME,
+    REPORT_NAME,
+    PathResult,
+    format_notes,
+    format_table,
+    overall_ok,
+    write_chart,
+    write_report,
+)
 from pack_lab.interrupts import Interrupted, interrupts_raise, reclaim, shielded
 
 #: Exit codes: 0 all rows verified, 1 the run failed or the table does not match, 2 bad arguments/environment.
@@ -464,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(options)
     finally:  # in-process callers (tests) get their logging back
-        for logger, level in zip(loggers, levels):
+        for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
 
 

@@ -61,7 +61,7 @@ def format_table(results: list[PathResult]) -> str:
                      ms(lat, "p99"), ms(lat, "max"), ms(eng, "p50"), "OK" if res.ok else "MISMATCH"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                               for i, (cell, w) in enumerate(zip(row, widths))) for row in rows)
+                               for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in rows)
 
 
 def format_notes(results: list[PathResult]) -> list[str]:

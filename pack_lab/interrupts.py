@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Signals handled, and the exit code a shell reports for each (128 + number).
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rtm_lakebase.sink_metrics import nearest_rank
 
@@ -60,7 +61,7 @@ def stamp_rows(rows: Iterable[Mapping[str, Any]], column: str = SOURCE_COLUMN) -
 
 
 # --8<-- [start:plan_time]
-def with_plan_time(df: "DataFrame", column: str = PLAN_COLUMN) -> "DataFrame":
+def with_plan_time(df: DataFrame, column: str = PLAN_COLUMN) -> DataFrame:
     """Add the JVM wall clock (ms) as ``column``, evaluated per row inside the query."""
     from pyspark.sql import functions as F
 

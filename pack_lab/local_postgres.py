@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 DSN_ENV = "PG_DSN"
 BIN_ENV = "PG_BIN"
@@ -225,7 +225,7 @@ class EmbeddedPostgres:
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "EmbeddedPostgres":
+    def __enter__(self) -> EmbeddedPostgres:
         try:
             self.start()
         except BaseException:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
@@ -114,7 +115,7 @@ def session_conf(config: LabConfig) -> dict[str, str]:
 
 
 def build_session(cores: int = 4, shuffle_partitions: int = 2, jars: Sequence[str] | None = None,
-                  jvm_log: str | None = None, **kwargs: Any) -> "SparkSession":
+                  jvm_log: str | None = None, **kwargs: Any) -> SparkSession:
     """Start (or return the running) local SparkSession set up for RTM.
 
     ``jars`` go on ``spark.jars`` (e.g. ``rtm_lakebase.jvm_sink.jvm_sink_jars()``); they only
@@ -153,12 +154,12 @@ def _launch_jvm(conf: Mapping[str, str], log_path: str) -> None:
     SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
 
 
-def local_cores(spark: "SparkSession") -> int:
+def local_cores(spark: SparkSession) -> int:
     """Task slots of a ``local[N]`` session (``defaultParallelism``)."""
     return int(spark.sparkContext.defaultParallelism)
 
 
-def _as_schema(schema: "StructType | str") -> "StructType":
+def _as_schema(schema: StructType | str) -> StructType:
     from pyspark.sql.types import StructType
 
     if isinstance(schema, StructType):
@@ -180,7 +181,7 @@ class RealTimeMemorySource:
     it in small chunks over time, not one large batch.
     """
 
-    def __init__(self, spark: "SparkSession", schema: "StructType | str", num_partitions: int = 1):
+    def __init__(self, spark: SparkSession, schema: StructType | str, num_partitions: int = 1):
         check_spark_version(spark.version)
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
@@ -211,7 +212,7 @@ class RealTimeMemorySource:
                 raise ValueError(
                     f"row has {len(row)} values, the schema has {len(self._names)} columns"
                 )
-            record = dict(zip(self._names, row))
+            record = dict(zip(self._names, row, strict=True))
         text = json.dumps(record, separators=(",", ":"), default=str)
         if "\n" in text:  # json.dumps escapes newlines inside strings; guard anyway
             raise ValueError("encoded row contains a newline")
@@ -235,13 +236,13 @@ class RealTimeMemorySource:
         self.rows_added += len(lines)
         return len(lines)
 
-    def raw_dataframe(self) -> "DataFrame":
+    def raw_dataframe(self) -> DataFrame:
         """The stream as one string column ``value`` holding each row's JSON."""
         from pyspark.sql import DataFrame
 
         return DataFrame(self._stream.toDF(), self.spark)
 
-    def dataframe(self) -> "DataFrame":
+    def dataframe(self) -> DataFrame:
         """The stream parsed into ``schema``'s columns."""
         from pyspark.sql import functions as F
 

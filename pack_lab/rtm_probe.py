@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Error classes that only wrap the real cause; skipped when naming an outcome.
 WRAPPER_CLASSES = frozenset({"STREAM_FAILED"})
@@ -128,14 +129,14 @@ def run_and_classify(
     if build is not None:
         try:
             built = build()
-        except Exception as exc:  # noqa: BLE001 - classifying is the point
+        except Exception as exc:
             return _rejected(exc, "build")
-        start_call: Callable[[], Any] = lambda: start(built)  # noqa: E731
+        start_call: Callable[[], Any] = lambda: start(built)
     else:
         start_call = start
     try:
         query = start_call()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _rejected(exc, "start")
     try:
         if feed is not None:
@@ -157,5 +158,5 @@ def run_and_classify(
     finally:
         try:
             query.stop()
-        except Exception:  # noqa: BLE001 - a dead query may refuse to stop cleanly
+        except Exception:
             pass

@@ -21,9 +21,10 @@ One list, :data:`ROWS`, drives three things so they cannot drift apart:
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pack_lab.spark_versions import ALL_VERSIONS, PINNED_VERSION
 
@@ -566,7 +567,7 @@ def install_version_shims() -> dict:
         return used
     original = DataStreamWriter.trigger
 
-    def trigger(self, *args, realTime=None, **kwargs):  # noqa: N803 - PySpark's keyword
+    def trigger(self, *args, realTime=None, **kwargs):
         if realTime is None:
             return original(self, *args, **kwargs)
         if not isinstance(realTime, str) or args or kwargs:

@@ -30,8 +30,9 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 #: Columns of every generated row, in order (a DDL string the lab source accepts).
 #: ``event_ms`` is the producer's clock when the event was made (a duplicate
@@ -254,7 +255,7 @@ class UpstreamFeeder:
         self._behind = 0
 
     # -- control -----------------------------------------------------------
-    def start(self) -> "UpstreamFeeder":
+    def start(self) -> UpstreamFeeder:
         if self._thread is not None:
             raise RuntimeError("feeder already started")
         self.generator = EventGenerator(self.spec)
@@ -279,7 +280,7 @@ class UpstreamFeeder:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def __enter__(self) -> "UpstreamFeeder":
+    def __enter__(self) -> UpstreamFeeder:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -28,7 +28,8 @@ row so the same code serves both.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
@@ -151,7 +152,7 @@ def _output(transaction_id: str, request_id: str, ack_id: str, outcome: str, ad_
 
 
 # --8<-- [start:attribute]
-def attribute(requests: "DataFrame", acks: "DataFrame", window_ms: int = 5 * 60_000) -> "DataFrame":
+def attribute(requests: DataFrame, acks: DataFrame, window_ms: int = 5 * 60_000) -> DataFrame:
     """Union the two streams into one event shape and attribute them per ``transaction_id``.
 
     RTM: NO in open-source 4.3 (run it with ``start_micro_batch``); yes on
@@ -171,9 +172,9 @@ def attribute(requests: "DataFrame", acks: "DataFrame", window_ms: int = 5 * 60_
 
 
 # --8<-- [start:start]
-def start_attribution_micro_batch(requests: "DataFrame", acks: "DataFrame", writer: Any,
+def start_attribution_micro_batch(requests: DataFrame, acks: DataFrame, writer: Any,
                                   checkpoint: str, window_ms: int = 5 * 60_000,
-                                  trigger: str = "1 second") -> "StreamingQuery":
+                                  trigger: str = "1 second") -> StreamingQuery:
     """Open-source Spark: micro-batch. With processing-time timers a batch runs every
     ``trigger`` even without input, so windows close at most about a trigger late."""
     from rtm_lakebase.pipelines import start_micro_batch
@@ -181,9 +182,9 @@ def start_attribution_micro_batch(requests: "DataFrame", acks: "DataFrame", writ
     return start_micro_batch(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
 
 
-def start_attribution_real_time(requests: "DataFrame", acks: "DataFrame", writer: Any,
+def start_attribution_real_time(requests: DataFrame, acks: DataFrame, writer: Any,
                                 checkpoint: str, window_ms: int = 5 * 60_000,
-                                trigger: str = "5 minutes") -> "StreamingQuery":
+                                trigger: str = "5 minutes") -> StreamingQuery:
     """Databricks real-time mode: the same query and writer; only the trigger differs.
     ``trigger`` is the checkpoint interval. Open-source 4.3 stops this query with an error."""
     from rtm_lakebase.pipelines import start_real_time
@@ -193,7 +194,7 @@ def start_attribution_real_time(requests: "DataFrame", acks: "DataFrame", writer
 
 
 # --8<-- [start:sink]
-def create_attribution_table(conn: "psycopg.Connection", table: str = "ad_attribution") -> None:
+def create_attribution_table(conn: psycopg.Connection, table: str = "ad_attribution") -> None:
     """Create the results table (if missing); its primary key is the pair key."""
     from psycopg import sql
 
@@ -204,8 +205,8 @@ def create_attribution_table(conn: "psycopg.Connection", table: str = "ad_attrib
         " PRIMARY KEY (transaction_id, request_id, ack_id))").format(sql.Identifier(table)))
 
 
-def attribution_writer(connection: "ConnectionSettings | str",
-                       table: str = "ad_attribution") -> "PostgresForeachWriter":
+def attribution_writer(connection: ConnectionSettings | str,
+                       table: str = "ad_attribution") -> PostgresForeachWriter:
     """The pack's Postgres writer, upserting on the pair key: a replayed row rewrites itself."""
     from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
 

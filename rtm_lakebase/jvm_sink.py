@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from rtm_lakebase.pg_connection import ConnectionSettings, as_connection_settings, redact
@@ -116,7 +117,7 @@ def _jdbc_parts(settings: ConnectionSettings) -> tuple[str, str | None, str | No
     if len(ports) != len(hosts):
         raise ValueError(f"{len(ports)} ports for {len(hosts)} hosts: give one port, or one per host")
     places = []
-    for host, port in zip(hosts, ports):
+    for host, port in zip(hosts, ports, strict=True):
         host = host or "localhost"
         if host.startswith(("/", "@")):
             raise ValueError("the JVM sink connects over TCP only and a host is a Unix-socket folder: "
@@ -171,7 +172,7 @@ def _format_key_list(columns: str | Sequence[str] | None) -> str | None:
     return ",".join(out)
 
 
-def _jvm_handles(df: "DataFrame"):
+def _jvm_handles(df: DataFrame):
     """``(jvm, jdf)`` of a classic (py4j) DataFrame, or a clear error on Spark Connect."""
     try:
         jdf = df._jdf
@@ -192,7 +193,7 @@ def _py4j_blocked(exc: BaseException) -> bool:
     return "Py4JSecurityException" in text or "not whitelisted" in text
 
 
-def build_jvm_writer(spark: "SparkSession", *, dsn: ConnectionSettings | str, table: str,
+def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, table: str,
                      upsertkey: str | Sequence[str] | None = None, mode: str = "upsert",
                      version_column: str | None = None, schema: str | None = None,
                      skip_unchanged: bool = True, batchsize: int = 1000, batchinterval_ms: int = 100,
@@ -264,13 +265,13 @@ def build_jvm_writer(spark: "SparkSession", *, dsn: ConnectionSettings | str, ta
 
 
 # --8<-- [start:start_jvm_sink_query]
-def start_jvm_sink_query(df: "DataFrame", *, dsn: ConnectionSettings | str, table: str,
+def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table: str,
                          checkpoint_location: str, upsertkey: str | Sequence[str] | None = None,
                          mode: str = "upsert", version_column: str | None = None,
                          schema: str | None = None, skip_unchanged: bool = True,
                          batchsize: int = 1000, batchinterval_ms: int = 100,
                          trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
-                         output_mode: str = "update", max_retries: int = 6) -> "StreamingQuery":
+                         output_mode: str = "update", max_retries: int = 6) -> StreamingQuery:
     """Stream ``df`` into Postgres table ``table`` through the JVM writer; return the running query.
 
     - ``dsn``: a libpq DSN or URL (``postgresql://user:pass@host:5432/db``) or

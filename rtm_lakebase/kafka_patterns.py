@@ -22,7 +22,8 @@ Patterns:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
@@ -35,7 +36,7 @@ KAFKA_COORDINATES = ("topic", "partition", "offset")
 
 
 # --8<-- [start:parse]
-def parse_payments(kafka_df: "DataFrame", keep_raw: bool = False) -> "DataFrame":
+def parse_payments(kafka_df: DataFrame, keep_raw: bool = False) -> DataFrame:
     """Kafka records → one column per payment field, plus the record's coordinates.
 
     ``keep_raw`` also keeps the original value text as ``raw_value`` (for dead letters).
@@ -53,7 +54,7 @@ def parse_payments(kafka_df: "DataFrame", keep_raw: bool = False) -> "DataFrame"
 
 
 # --8<-- [start:to_kafka]
-def to_kafka_record(df: "DataFrame", key_column: str, value_columns: list[str]) -> "DataFrame":
+def to_kafka_record(df: DataFrame, key_column: str, value_columns: list[str]) -> DataFrame:
     """Shape rows for the Kafka sink: ``key`` and a JSON ``value`` (both STRING)."""
     from pyspark.sql import functions as F
 
@@ -65,7 +66,7 @@ def to_kafka_record(df: "DataFrame", key_column: str, value_columns: list[str]) 
 
 
 # --8<-- [start:large_payments]
-def large_payments(kafka_df: "DataFrame", min_amount: float = 1000.0) -> "DataFrame":
+def large_payments(kafka_df: DataFrame, min_amount: float = 1000.0) -> DataFrame:
     """Pattern 1 (RTM): keep payments of at least ``min_amount``, keyed by account."""
     from pyspark.sql import functions as F
 
@@ -77,7 +78,7 @@ def large_payments(kafka_df: "DataFrame", min_amount: float = 1000.0) -> "DataFr
 
 
 # --8<-- [start:enrich]
-def enrich_with_accounts(kafka_df: "DataFrame", accounts: "DataFrame") -> "DataFrame":
+def enrich_with_accounts(kafka_df: DataFrame, accounts: DataFrame) -> DataFrame:
     """Pattern 2 (RTM): add account attributes with a broadcast stream-static join.
 
     ``accounts`` is a small static DataFrame with an ``account_id`` column. The
@@ -95,7 +96,7 @@ def enrich_with_accounts(kafka_df: "DataFrame", accounts: "DataFrame") -> "DataF
 
 
 # --8<-- [start:validate]
-def validate_payments(kafka_df: "DataFrame") -> "DataFrame":
+def validate_payments(kafka_df: DataFrame) -> DataFrame:
     """Parse and add ``error``: NULL for a valid payment, else the first reason it fails."""
     from pyspark.sql import functions as F
 
@@ -111,7 +112,7 @@ def validate_payments(kafka_df: "DataFrame") -> "DataFrame":
 
 
 # --8<-- [start:route]
-def route_by_topic(validated: "DataFrame", good_topic: str, dead_letter_topic: str) -> "DataFrame":
+def route_by_topic(validated: DataFrame, good_topic: str, dead_letter_topic: str) -> DataFrame:
     """Pattern 3 (RTM): one query, the target topic chosen per row.
 
     The Kafka sink sends each row to the topic in its ``topic`` column when the
@@ -136,15 +137,15 @@ def route_by_topic(validated: "DataFrame", good_topic: str, dead_letter_topic: s
 
 
 # --8<-- [start:batch_router]
-def make_batch_router(write_good: Callable[["DataFrame", int], None],
-                      write_dead: Callable[["DataFrame", int], None]) -> Callable[["DataFrame", int], None]:
+def make_batch_router(write_good: Callable[[DataFrame, int], None],
+                      write_dead: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
     """Pattern 4 (micro-batch ONLY): a ``foreachBatch`` function writing two outputs per batch.
 
     Use it when each batch needs several batch writes (two tables, a MERGE,
     a Kafka topic and a table). Real-time mode rejects ``foreachBatch`` at
     ``start()``; in RTM use :func:`route_by_topic` or one query per sink.
     """
-    def route(batch_df: "DataFrame", batch_id: int) -> None:
+    def route(batch_df: DataFrame, batch_id: int) -> None:
         validated = validate_payments(batch_df).persist()
         try:
             write_good(validated.where("error IS NULL").drop("error", "raw_value"), batch_id)

@@ -20,8 +20,9 @@ output with them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
@@ -61,7 +62,7 @@ PIPELINES: dict[str, PipelineSupport] = {
 
 
 # --8<-- [start:ingest]
-def with_ingest_time(events: "DataFrame") -> "DataFrame":
+def with_ingest_time(events: DataFrame) -> DataFrame:
     """Pass every column through and add ``event_time`` and a per-row ``ingest_ms``.
 
     RTM: yes (OSS 4.3 and Databricks). ``current_timestamp()`` would NOT do
@@ -80,7 +81,7 @@ def with_ingest_time(events: "DataFrame") -> "DataFrame":
 
 
 # --8<-- [start:dedup]
-def dedup_events(events: "DataFrame") -> "DataFrame":
+def dedup_events(events: DataFrame) -> DataFrame:
     """One row per ``event_id``: the first copy seen wins, retries are dropped.
 
     RTM: yes (OSS 4.3 and Databricks). State keeps every id ever seen and
@@ -90,7 +91,7 @@ def dedup_events(events: "DataFrame") -> "DataFrame":
     return events.dropDuplicates(["event_id"])
 
 
-def dedup_events_bounded(events: "DataFrame", max_delay: str = "10 minutes") -> "DataFrame":
+def dedup_events_bounded(events: DataFrame, max_delay: str = "10 minutes") -> DataFrame:
     """Deduplicate with bounded state: watermark on ``event_time`` plus the id.
 
     RTM: yes (OSS 4.3, verified; Databricks lists ``dropDuplicates`` and
@@ -111,8 +112,8 @@ def dedup_events_bounded(events: "DataFrame", max_delay: str = "10 minutes") -> 
 
 
 # --8<-- [start:window]
-def windowed_device_stats(events: "DataFrame", window: str = "10 seconds",
-                          max_delay: str = "1 minute") -> "DataFrame":
+def windowed_device_stats(events: DataFrame, window: str = "10 seconds",
+                          max_delay: str = "1 minute") -> DataFrame:
     """Per device and tumbling event-time window: ``events``, ``value_sum``, ``value_max``.
 
     RTM: yes (OSS 4.3 and Databricks), in update mode. Each input row
@@ -153,7 +154,7 @@ _TOTALS_STATE_SCHEMA = StructType([
 
 
 # --8<-- [start:totals-aggregate]
-def device_totals_aggregate(events: "DataFrame") -> "DataFrame":
+def device_totals_aggregate(events: DataFrame) -> DataFrame:
     """Running totals per device with a plain aggregation: the RTM-capable way in OSS.
 
     RTM: yes (OSS 4.3 and Databricks). Same output as
@@ -196,7 +197,7 @@ class DeviceTotalsProcessor(StatefulProcessor):
         pass
 
 
-def device_totals_stateful(events: "DataFrame") -> "DataFrame":
+def device_totals_stateful(events: DataFrame) -> DataFrame:
     """Running totals per device with ``transformWithState`` (custom state).
 
     RTM: NO in OSS 4.3 -- the PySpark operator is not on the RTM allowlist
@@ -233,7 +234,7 @@ class DeviceTotalsPandasProcessor(StatefulProcessor):
         pass
 
 
-def device_totals_stateful_pandas(events: "DataFrame") -> "DataFrame":
+def device_totals_stateful_pandas(events: DataFrame) -> DataFrame:
     """:func:`device_totals_stateful` with ``transformWithStateInPandas``; micro-batch only in OSS."""
     return (events.groupBy("device_id")
             .transformWithStateInPandas(DeviceTotalsPandasProcessor(), DEVICE_TOTALS_SCHEMA,
@@ -241,8 +242,8 @@ def device_totals_stateful_pandas(events: "DataFrame") -> "DataFrame":
 
 
 # --8<-- [start:start]
-def start_real_time(df: "DataFrame", writer: Any, checkpoint: str, trigger: str = "5 seconds",
-                    query_name: str | None = None) -> "StreamingQuery":
+def start_real_time(df: DataFrame, writer: Any, checkpoint: str, trigger: str = "5 seconds",
+                    query_name: str | None = None) -> StreamingQuery:
     """Start ``df`` into a ``foreach`` writer in real-time mode (update mode, duration trigger).
 
     ``trigger`` is the checkpoint interval, not a latency: open-source Spark
@@ -258,8 +259,8 @@ def start_real_time(df: "DataFrame", writer: Any, checkpoint: str, trigger: str 
     return stream.start()
 
 
-def start_micro_batch(df: "DataFrame", writer: Any, checkpoint: str,
-                      trigger: str = "0 seconds", query_name: str | None = None) -> "StreamingQuery":
+def start_micro_batch(df: DataFrame, writer: Any, checkpoint: str,
+                      trigger: str = "0 seconds", query_name: str | None = None) -> StreamingQuery:
     """The micro-batch twin of :func:`start_real_time` (for operators RTM lacks)."""
     stream = (df.writeStream
               .foreach(writer)

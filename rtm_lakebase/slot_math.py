@@ -15,8 +15,8 @@ fails with ``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> int:

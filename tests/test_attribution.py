@@ -263,7 +263,7 @@ def _table_rows(conn, table):
     cur = conn.execute(sql.SQL("SELECT transaction_id, request_id, ack_id, outcome, ad_id, request_ms,"
                                " ack_ms, latency_ms FROM {}").format(sql.Identifier(table)))
     names = [c.name for c in cur.description]
-    return [dict(zip(names, values)) for values in cur.fetchall()]
+    return [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
 
 
 def _drop(conn, table):

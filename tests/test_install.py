@@ -31,10 +31,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.codes import CODES  # noqa: E402
-from skillcheck.markdown import parse  # noqa: E402
-from skillcheck.package import build_package, check_package, install_files  # noqa: E402
-from skillcheck.plugin_manifests import MANIFESTS, check_plugin_manifests, skill_files_under  # noqa: E402
+from skillcheck.codes import CODES
+from skillcheck.markdown import parse
+from skillcheck.package import build_package, check_package, install_files
+from skillcheck.plugin_manifests import MANIFESTS, check_plugin_manifests, skill_files_under
 
 NAME = "spark-rtm-lakebase"
 _CLONE_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "node_modules", "site", "dist", "__pycache__",

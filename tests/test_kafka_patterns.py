@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from rtm_lakebase import kafka_patterns as kp
 from pack_lab.file_sink import JsonLinesForeachWriter, wait_for_rows
+from rtm_lakebase import kafka_patterns as kp
 
 KAFKA_DDL = ("key STRING, value STRING, topic STRING, partition INT, offset BIGINT, "
              "timestamp TIMESTAMP")
@@ -79,7 +79,7 @@ def test_enrichment_broadcast_join_in_rtm(spark, tmp_path):
 
 @pytest.mark.spark
 def test_validation_routes_dead_letters_by_topic_in_rtm(spark, tmp_path):
-    build = lambda df: kp.route_by_topic(kp.validate_payments(df), "payments-ok", "payments-dlq")  # noqa: E731
+    build = lambda df: kp.route_by_topic(kp.validate_payments(df), "payments-ok", "payments-dlq")
     out = run_rtm(spark, tmp_path, build, records(), 6)
     good = [r for r in out if r["topic"] == "payments-ok"]
     dead = [r for r in out if r["topic"] == "payments-dlq"]

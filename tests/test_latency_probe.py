@@ -6,9 +6,16 @@ import time
 import pytest
 from pyspark.sql import Row
 
-from pack_lab.latency_probe import (LatencyRecordingWriter, format_report, latency_report,
-                                    percentile, read_samples, stamp_rows, summarize,
-                                    with_plan_time)
+from pack_lab.latency_probe import (
+    LatencyRecordingWriter,
+    format_report,
+    latency_report,
+    percentile,
+    read_samples,
+    stamp_rows,
+    summarize,
+    with_plan_time,
+)
 
 
 def test_percentile_is_nearest_rank():
@@ -82,7 +89,7 @@ def test_probe_on_a_real_time_query(spark, tmp_path, checkpoint):
              .option("checkpointLocation", checkpoint).start())
     try:
         sent = 0
-        for chunk in range(3):
+        for _ in range(3):
             source.add(stamp_rows([{"id": sent + i} for i in range(5)]))
             sent += 5
             time.sleep(0.4)

@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
-from rtm_lakebase import pipelines as P
 from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
 from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec, generate_rows
+from rtm_lakebase import pipelines as P
 
 pytestmark = pytest.mark.spark
 

@@ -2,8 +2,14 @@
 
 import pytest
 
-from pack_lab.rtm_lab import (RealTimeMemorySource, RealTimeModeUnavailable, check_spark_version,
-                              session_conf, LabConfig, spark_version_tuple)
+from pack_lab.rtm_lab import (
+    LabConfig,
+    RealTimeMemorySource,
+    RealTimeModeUnavailable,
+    check_spark_version,
+    session_conf,
+    spark_version_tuple,
+)
 
 
 @pytest.mark.parametrize("version, expected", [("4.3.0", (4, 3)), ("4.10.1", (4, 10)),

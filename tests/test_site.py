@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "site"
 sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.markdown import parse  # noqa: E402
+from skillcheck.markdown import parse
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",

@@ -142,7 +142,7 @@ def test_feeder_rows_match_the_generator_so_expected_output_can_be_recomputed():
     sink = RecordingSink()
     feeder = UpstreamFeeder(sink, spec, keep_rows=True)
     feeder.start().join(timeout=10)
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "sent_ms"} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "sent_ms"} for r in rows]
     assert strip(sink.rows) == strip(generate_rows(spec))
     assert feeder.sent_rows == sink.rows
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .codes import CODES
-from .findings import Finding
 from .excerpts import EXCERPT_RE, region
+from .findings import Finding
 from .markdown import Block, Document
 from .rules import python_rules, text_rules
 from .rules.prose import check_text

@@ -37,8 +37,8 @@ from typing import Any
 import yaml
 
 from .findings import Finding
-from .markdown import Document
 from .limits import MAX_FRONT_MATTER_BYTES, MAX_NESTING
+from .markdown import Document
 from .readfile import read_pack_text
 
 ALLOWED_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")

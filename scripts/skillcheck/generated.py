@@ -37,9 +37,9 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterable
 
 from .findings import Finding
 

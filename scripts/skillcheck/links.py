@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import unquote
 
-from .findings import Finding
 from .anchors import anchors
+from .findings import Finding
 from .markdown import Document
 
 SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")

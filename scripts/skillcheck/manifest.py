@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import tomllib
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .findings import Finding
-from .readfile import load_json, read_pack_bytes, read_pack_text, write_atomically
 from .frontmatter import parse_front_matter
 from .markdown import Document, parse
 from .packfiles import pack_files
+from .readfile import load_json, read_pack_bytes, read_pack_text, write_atomically
 from .routing import read_when_map
 
 MARKER = "by scripts/skills.py generate — do not edit"

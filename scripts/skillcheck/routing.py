@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from urllib.parse import unquote
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from .findings import Finding
 from .markdown import Document

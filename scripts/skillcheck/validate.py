@@ -7,9 +7,9 @@ from pathlib import Path
 
 from .codeblocks import check_document, check_module
 from .findings import Finding, capped, unique_sorted
+from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .generated import Renderer, check_blocks
 from .limits import MAX_FINDINGS_PER_FILE, MAX_HEADINGS
-from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .links import check_links
 from .manifest import check_manifest, read_text
 from .markdown import Document, parse

@@ -8,8 +8,14 @@ from types import SimpleNamespace
 import pytest
 
 from rtm_lakebase import jvm_sink
-from rtm_lakebase.jvm_sink import (JvmSinkUnavailable, _format_key_list, build_jvm_writer, jdbc_url,
-                                   jvm_sink_jars, start_jvm_sink_query)
+from rtm_lakebase.jvm_sink import (
+    JvmSinkUnavailable,
+    _format_key_list,
+    build_jvm_writer,
+    jdbc_url,
+    jvm_sink_jars,
+    start_jvm_sink_query,
+)
 from rtm_lakebase.pg_connection import ConnectionSettings
 
 

@@ -51,7 +51,7 @@ def wait_for_rows(conn, table, want, query, timeout=90.0, **kwargs):
         wait_until(same, query, timeout, f"{len(want)} expected rows in {table}", interval=0.1)
     except AssertionError as exc:
         got = table_rows(conn, table, **kwargs)
-        diff = [(g, w) for g, w in zip(got, want) if g != w]
+        diff = [(g, w) for g, w in zip(got, want, strict=False) if g != w]
         raise AssertionError(f"{exc}; table has {len(got)} rows, first differences (got, want): {diff[:3]}") from None
 
 

@@ -118,7 +118,7 @@ def test_argument_and_sdk_errors(monkeypatch):
         lakebase_token(ENDPOINT, instance_name="x")
 
     class Failing:
-        class postgres:  # noqa: N801 - mimics the attribute
+        class postgres:
             @staticmethod
             def generate_database_credential(**kwargs):
                 raise PermissionError("caller lacks CAN_USE on the project")
@@ -212,7 +212,7 @@ def _wait(condition, timeout=30.0):
 
 def test_a_failing_token_source_fails_open_at_once(monkeypatch):
     class Down:
-        class postgres:  # noqa: N801 - mimics the attribute
+        class postgres:
             @staticmethod
             def generate_database_credential(**kwargs):
                 raise TimeoutError("workspace unreachable after the SDK's own retries")

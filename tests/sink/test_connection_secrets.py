@@ -213,7 +213,7 @@ def test_failed_reconnect_mid_stream_carries_no_secret(pg_server, caplog):
         w.close(None)
     try:
         w.close(info.value)  # what Spark does after process() raised; may re-raise the same error
-    except Exception as again:  # noqa: BLE001 - inspected below
+    except Exception as again:
         assert_no_part(first, *texts_of(again))
     assert "password authentication failed" in str(info.value)
     assert_no_part(first, *texts_of(info.value), caplog.text, repr(w), pickle.dumps(info.value).decode("latin-1"))

@@ -41,7 +41,7 @@ def wait_for_table(conn, table, want, query, timeout=90.0):
             raise AssertionError(f"query stopped with {len(got)} rows: {query.exception()}")
         if time.monotonic() > deadline:
             raise AssertionError(f"table has {len(got)} rows, want {len(want)}; first diff: "
-                                 f"{next((g, w) for g, w in zip(got + [None] * len(want), want) if g != w)}")
+                                 f"{next((g, w) for g, w in zip(got + [None] * len(want), want, strict=False) if g != w)}")
         time.sleep(0.3)
 
 

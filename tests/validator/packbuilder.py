@@ -10,8 +10,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.manifest import write_manifest  # noqa: E402
-from skillcheck.validate import validate_pack  # noqa: E402
+from skillcheck.manifest import write_manifest
+from skillcheck.validate import validate_pack
 
 PYPROJECT = """[project]
 name = "mini-pack"

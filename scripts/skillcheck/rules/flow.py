@@ -9,8 +9,8 @@ last assignment wins), which is what short snippets and example modules need.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 MAX_DEPTH = 40
 
