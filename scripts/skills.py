@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("skills.py: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:  # run outside the pack's virtual environment
+        print(f"skills.py: the Python package {exc.name!r} is missing: run it with the pack's environment, "
+              "e.g. `bash scripts/setup.sh && .venv/bin/python scripts/skills.py ...`", file=sys.stderr)
+        return 2
     except Exception as exc:  # last resort: one line, never a traceback (unless asked for)
         if os.environ.get("SKILLS_DEBUG"):
             traceback.print_exc()

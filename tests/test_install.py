@@ -273,7 +273,7 @@ def test_validate_reports_manifest_findings_with_a_clear_line(clone, tmp_path):
 def _install_lines(rel: str) -> list[str]:
     doc = parse(rel, (REPO / rel).read_text(encoding="utf-8"))
     return [line.strip() for b in doc.blocks for line in b.lines
-            if line.strip().startswith(("/plugin ", "codex plugin", "python3 scripts/skills.py package"))]
+            if line.strip().startswith(("/plugin ", "codex plugin", "bash scripts/package.sh"))]
 
 
 def test_readme_and_getting_started_give_the_same_install_commands():

@@ -106,3 +106,13 @@ def test_rules_states_the_limits():
     limits = run("rules").stdout.partition("\n\n")[2]
     assert f"{MAX_FILE_BYTES:,} bytes" in limits
     assert f"at most {MAX_FINDINGS_PER_FILE} findings" in limits
+
+
+def test_outside_the_pack_environment_a_missing_package_is_one_line_naming_it():
+    """`python3 scripts/skills.py …` from a fresh clone (no .venv): the missing import, not a traceback."""
+    code = ("import runpy, sys; sys.modules['markdown'] = None; sys.argv = ['skills.py', 'validate'];"
+            "runpy.run_path('scripts/skills.py', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "'markdown' is missing" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
