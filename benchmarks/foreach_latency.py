@@ -42,10 +42,10 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "foreach_latency.json"
 README = ROOT / "benchmarks" / "README.md"
-README_START = "<!-- foreach_latency:start -->"
-README_END = "<!-- foreach_latency:end -->"
-#: Every document that embeds the results table between the markers above.
-TABLE_DOCUMENTS = (README, ROOT / "references" / "real-time-mode.md")
+#: Markers of the results table in benchmarks/README.md and references/real-time-mode.md; the block is
+#: written by `scripts/skills.py generate` (generator "foreach-latency" renders :func:`markdown_table`).
+README_START = "<!-- generated:foreach-latency -->"
+README_END = "<!-- /generated:foreach-latency -->"
 
 #: Task slots for the benchmark session: one source partition, stateless query.
 CORES = 2
@@ -396,12 +396,12 @@ def text_table(results: dict[str, Any]) -> str:
                                for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
 
 
-def update_readme(results: dict[str, Any], readme: Path = README) -> None:
-    """Replace the section between the markers in ``readme`` with the current table."""
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.index(README_START), text.index(README_END)
-    text = text[:start + len(README_START)] + "\n\n" + markdown_table(results) + "\n\n" + text[end:]
-    readme.write_text(text, encoding="utf-8")
+def update_readme() -> list[str]:
+    """Rewrite the table wherever the pack embeds it, from the committed JSON (the shared block writer)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from skillcheck.generated import write_from_script
+
+    return write_from_script("foreach-latency")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="max seconds to wait for the warm-up row (default 5, quick 1)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--update-readme", action="store_true",
-                        help="rewrite the results table in benchmarks/README.md and "
-                             "references/real-time-mode.md")
+                        help="rewrite the results table wherever the pack embeds it "
+                             "(as `scripts/skills.py generate` does)")
     parser.add_argument("--in-process", action="store_true",
                         help="run in this process, reusing an active SparkSession (tests)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -461,9 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     print(text_table(results))
     print(f"\nwrote {args.output}")
     if args.update_readme:
-        for document in TABLE_DOCUMENTS:
-            update_readme(results, document)
-            print(f"updated {document}")
+        if args.output.resolve() != DEFAULT_OUTPUT.resolve():
+            print(f"not updating the tables: they are generated from {DEFAULT_OUTPUT.relative_to(ROOT)}")
+        else:
+            for document in update_readme():
+                print(f"updated {document}")
     return 0
 
 

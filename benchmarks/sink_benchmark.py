@@ -350,7 +350,9 @@ def bench_spark(dsn: str, quick: bool, workdir: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------- reporting --
 REFERENCE = ROOT / "references" / "lakebase-sink-python.md"
-START, END = "<!-- sink_benchmark:start -->", "<!-- sink_benchmark:end -->"
+#: The figures table's markers; `scripts/skills.py generate` writes the block (generator "sink-benchmark"
+#: renders :func:`render_markdown` from the committed JSON).
+START, END = "<!-- generated:sink-benchmark -->", "<!-- /generated:sink-benchmark -->"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -417,11 +419,12 @@ def targets_sentence(report: dict[str, Any]) -> str:
     return "Targets in this run: " + "; ".join(parts) + "."
 
 
-def update_reference(report: dict[str, Any], path: Path = REFERENCE) -> None:
-    text = path.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n\n{render_markdown(report)}\n\n{END}{tail}")
+def update_reference() -> list[str]:
+    """Rewrite the figures table wherever the pack embeds it, from the committed JSON (the shared block writer)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from skillcheck.generated import write_from_script
+
+    return write_from_script("sink-benchmark")
 
 
 # ------------------------------------------------------------------ main --
@@ -497,8 +500,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     output.write_text(json.dumps(report, indent=2) + "\n")
     say(f"wrote {output}")
     if args.update_reference:
-        update_reference(report)
-        say(f"updated {REFERENCE.relative_to(ROOT)}")
+        if output.resolve() != DEFAULT_OUTPUT.resolve():
+            say(f"not updating the reference: its table is generated from {DEFAULT_OUTPUT.relative_to(ROOT)}")
+        else:
+            for changed in update_reference():
+                say(f"updated {changed}")
     return report
 
 

@@ -1,87 +1,68 @@
 #!/usr/bin/env python3
-"""Pack tool: `generate` rewrites manifest.json, `validate` checks the whole pack, `rules` lists finding codes.
+"""Pack tool: one subcommand per job, listed in COMMANDS below.
 
-    python scripts/skills.py generate [--root PATH]
+    python scripts/skills.py generate [--root PATH] [--check]
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
 
+`generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
-summary line; it exits 1 when there are findings, 0 when clean, 2 on usage
-errors. `--no-external` skips markdownlint and mkdocs.
+summary line, and exits 1 when there are findings, 0 when clean; `rules` lists
+the finding codes. Usage errors exit 2. No subcommand prints a traceback: an
+unexpected error is one line on stderr (exit 3; SKILLS_DEBUG=1 shows the
+traceback).
+
+Adding a subcommand: write ``scripts/skillcheck/commands/NAME.py`` with
+``HELP`` (one line), ``configure(parser)`` and ``run(args) -> int``, and add
+one line to COMMANDS.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from skillcheck.codes import rules_table  # noqa: E402
-from skillcheck.findings import render  # noqa: E402
-from skillcheck.manifest import MANIFEST, PackError, write_manifest  # noqa: E402
-from skillcheck.validate import validate_pack  # noqa: E402
-
-DEFAULT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _root(value: str | None) -> Path:
-    root = Path(value) if value else DEFAULT_ROOT
-    if not root.is_dir():
-        raise SystemExit(_usage_error(f"--root {value!r} is not a directory"))
-    return root.resolve()
-
-
-def _usage_error(message: str) -> int:
-    print(f"skills.py: error: {message}", file=sys.stderr)
-    return 2
-
-
-def cmd_generate(args: argparse.Namespace) -> int:
-    root = _root(args.root)
-    try:
-        path = write_manifest(root)
-    except PackError as exc:
-        for f in exc.findings:
-            print(f.text())
-        print(f"FAILED: {MANIFEST} not written")
-        return 1
-    print(f"wrote {path.relative_to(root)}")
-    return 0
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    root = _root(args.root)
-    findings, checked = validate_pack(root, external=not args.no_external)
-    print(render(findings, checked, args.format))
-    return 1 if findings else 0
-
-
-def cmd_rules(_args: argparse.Namespace) -> int:
-    print(rules_table())
-    return 0
+#: subcommand -> module under skillcheck/commands/ (imported only when that subcommand runs).
+COMMANDS: dict[str, str] = {
+    "generate": "skillcheck.commands.generate",
+    "validate": "skillcheck.commands.validate",
+    "rules": "skillcheck.commands.rules",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skills.py", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="rewrite manifest.json from the pack")
-    gen.add_argument("--root", help="pack root (default: this checkout)")
-    gen.set_defaults(func=cmd_generate)
-    val = sub.add_parser("validate", help="check the pack; exit 1 on findings")
-    val.add_argument("--root", help="pack root (default: this checkout)")
-    val.add_argument("--format", choices=("text", "json"), default="text")
-    val.add_argument("--no-external", action="store_true", help="skip markdownlint and mkdocs")
-    val.set_defaults(func=cmd_validate)
-    rules = sub.add_parser("rules", help="print the table of finding codes")
-    rules.set_defaults(func=cmd_rules)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.configure(command)
+        command.set_defaults(func=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `skills.py rules | head`: the reader left, not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("skills.py: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: one line, never a traceback (unless asked for)
+        if os.environ.get("SKILLS_DEBUG"):
+            traceback.print_exc()
+        print(f"skills.py: internal error in {args.command!r}: {type(exc).__name__}: {exc}"
+              " (set SKILLS_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

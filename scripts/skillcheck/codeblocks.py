@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .codes import CODES
 from .findings import Finding
+from .excerpts import EXCERPT_RE, region
 from .markdown import Block, Document
 from .rules import python_rules, text_rules
 from .rules.prose import check_text
 
 PYTHON_LANGS = {"python", "py", "python3"}
 OPTOUT_RE = re.compile(r"^skills:\s*allow\b\s*(?P<codes>[A-Za-z0-9_,\s]*?)\s*(?:--\s*(?P<reason>.*?))?\s*$")
-EXCERPT_RE = re.compile(r"^excerpt:\s*(?P<path>[^#\s]+)#(?P<name>[\w.-]+)\s*$")
-MARKER_RE = re.compile(r"^\s*#\s*--8<--\s*\[(?P<kind>start|end):(?P<name>[\w.-]+)\]\s*$")
 PY_OPTOUT_RE = re.compile(r"#\s*skills:\s*allow\s+(?P<codes>[A-Z0-9_,\s]+?)\s*(?:--\s*(?P<reason>.*))?$")
 
 
@@ -89,8 +87,14 @@ def check_python_source(source: str, path: str, line_offset: int = 0, col_offset
         out.append(Finding(path, exc.lineno or 1, exc.offset or 1, "PY001", f"does not parse: {exc.msg}"))
     except ValueError as exc:  # e.g. null bytes
         out.append(Finding(path, 1, 1, "PY001", f"does not parse: {exc}"))
+    except (RecursionError, MemoryError) as exc:
+        out.append(Finding(path, 1, 1, "PY002", f"too deeply nested for the Python parser ({type(exc).__name__})"))
     if tree is not None:
-        out += python_rules(tree, path)
+        try:
+            out += python_rules(tree, path)
+        except (RecursionError, MemoryError) as exc:
+            out.append(Finding(path, 1, 1, "PY002", f"too deeply nested to check the rules ({type(exc).__name__})"))
+            tree = None
     shifted = [Finding(f.path, f.line + line_offset, f.col + col_offset, f.code, f.message) for f in set(out)]
     return shifted, tree
 
@@ -104,32 +108,18 @@ def check_excerpt(block: Block, path: str, line: int, target: str, name: str,
     source = read_module(target)
     if source is None:
         return [Finding(path, line, 1, "EXC001", f"excerpt module {target} not found")]
-    region: list[str] | None = None
-    starts = ends = 0
-    lines = source.splitlines()
-    for i, text in enumerate(lines):
-        m = MARKER_RE.match(text)
-        if m and m.group("name") == name:
-            if m.group("kind") == "start":
-                starts += 1
-                begin = i + 1
-            else:
-                ends += 1
-                if starts == 1 and region is None:
-                    region = lines[begin:i]
-    if starts != 1 or ends != 1 or region is None:
-        return [Finding(path, line, 1, "EXC002",
-                        f"region {name!r} in {target} needs exactly one start and one end marker (found {starts} start, {ends} end)")]
-    expected = textwrap.dedent("\n".join(region)).splitlines()
+    expected, problem = region(source, name)
+    if expected is None:
+        return [Finding(path, line, 1, "EXC002", f"region {name!r} in {target} {problem}")]
     actual = [l.rstrip() for l in block.lines]
-    expected = [l.rstrip() for l in expected]
     if actual != expected:
         for k in range(max(len(actual), len(expected))):
             a = actual[k] if k < len(actual) else "<end of block>"
             e = expected[k] if k < len(expected) else "<end of region>"
             if a != e:
                 return [Finding(path, block.content_start + k, 1, "EXC003",
-                                f"block differs from {target}#{name} at block line {k + 1}: expected {e!r}, found {a!r}")]
+                                f"block differs from {target}#{name} at block line {k + 1}: expected {e!r}, "
+                                f"found {a!r}; run `python scripts/skills.py generate`")]
     return []
 
 
@@ -142,7 +132,10 @@ def check_document(doc: Document, read_module: Callable[[str], str | None]) -> l
         out += found
         block_findings: list[Finding] = []
         if not block.lang:
-            out.append(Finding(path, block.start, block.indent + 1, "MD001", "fenced block has no language tag"))
+            out.append(Finding(path, block.start, block.indent + 1, "FENCE001", "fenced block has no language tag"))
+        if not block.closed:
+            out.append(Finding(path, block.start, block.indent + 1, "FENCE002",
+                               f"fence opened here is never closed (runs to line {block.end})"))
         if block.lang in PYTHON_LANGS:
             res, _ = check_python_source(block.source, path, block.start, block.indent)
             block_findings += res
@@ -157,10 +150,11 @@ def check_document(doc: Document, read_module: Callable[[str], str | None]) -> l
         out += stale(optouts, path)
     # Excerpt comments not directly above a fence.
     fence_comment_lines = {ln for b in doc.blocks for ln, _ in b.comments}
-    for i, raw in enumerate(doc.lines, 1):
-        s = raw.strip()
-        if s.startswith("<!--") and "excerpt:" in s and i not in fence_comment_lines and i >= doc.body_start:
-            out.append(Finding(path, i, 1, "EXC004", "excerpt comment is not directly followed by a fenced block"))
+    for line, body in doc.comments:
+        if body.startswith("excerpt:") and line not in fence_comment_lines:
+            out.append(Finding(path, line, 1, "EXC004", "excerpt comment is not directly followed by a fenced block"))
+    for line in doc.unclosed_comments:
+        out.append(Finding(path, line, 1, "HTML001", "HTML comment opened here is never closed with '-->'"))
     for para in doc.paragraphs:
         optouts, found = parse_optouts(para.comments, path)
         out += found

@@ -22,6 +22,12 @@ _ALL = [
     # Pack structure and bad input
     Code("PACK001", "SKILL.md is missing at the pack root", "Create SKILL.md with front matter and a routing table."),
     Code("PACK002", "a pack file cannot be read or is not UTF-8", "Make the file readable and save it as UTF-8."),
+    Code("PACK003", "a pack path is not a regular file inside the pack (FIFO, device, socket, directory, broken "
+         "symlink or symlink leaving the pack); it is never opened", "Replace it with a regular file, or remove it."),
+    Code("PACK004", "a pack file is over one of the validator's size limits (bytes; headings for anchors)",
+         "Split the file; references and modules stay far below the limits (see the limits line below)."),
+    Code("PACK005", "more findings in one file than the per-file limit; the rest are counted, not listed",
+         "Fix the listed findings and validate again."),
     # SKILL.md front matter (Agent Skills specification)
     Code("FM001", "SKILL.md front matter is missing or is not a YAML mapping", "Start SKILL.md with '---', YAML keys, '---'."),
     Code("FM002", "front matter key not allowed by the Agent Skills specification",
@@ -47,13 +53,21 @@ _ALL = [
     Code("MAN005", "the manifest JSON Schema is missing or not a valid draft 2020-12 schema",
          "Restore schemas/manifest.schema.json and check it with Draft202012Validator.check_schema."),
     # Markdown structure
-    Code("MD001", "fenced code block without a language tag", "Tag every fence: ```python, ```text, ```bash, ```sql ..."),
-    Code("MD002", "reference does not start with '# Title' on line 1 followed by a summary paragraph",
+    # (FENCE001/REF001 were MD001/MD002 until they clashed with markdownlint's rule IDs.)
+    Code("FENCE001", "fenced code block without a language tag", "Tag every fence: ```python, ```text, ```bash, ```sql ..."),
+    Code("FENCE002", "code fence never closed (it swallows the rest of the file or list item)",
+         "Close the fence with the same marker (``` or ~~~), at least as long as the opening one."),
+    Code("HTML001", "HTML comment never closed (the rest of the page disappears from the site)",
+         "Close the comment with '-->', or write '<!--' inside a code span."),
+    Code("REF001", "reference does not start with '# Title' on line 1 followed by a summary paragraph",
          "Put the H1 on line 1, a blank line, then a one-paragraph summary."),
     Code("LINK001", "relative link target does not exist", "Fix the path (relative to the Markdown file) or remove the link."),
-    Code("LINK002", "link anchor matches no heading", "Use the heading's slug: lowercase, spaces to '-', punctuation dropped."),
+    Code("LINK002", "link anchor matches no heading id as the site renders it (Python-Markdown toc, mkdocs.yml settings)",
+         "Use the heading's id: lowercase, spaces to '-', punctuation dropped; a repeated heading gets _1, _2 ..."),
     # Code blocks
     Code("PY001", "python block or example module does not parse", "Make the code valid Python; show pseudo-code in a ```text block."),
+    Code("PY002", "python block or module nested too deeply for the parser or the rules (not checked)",
+         "Flatten the code: name intermediate results instead of nesting expressions hundreds deep."),
     Code("EX001", "example module has no docstring", "Start the module with a docstring whose first line summarises it."),
     Code("OPT001", "opt-out comment without a reason", "Write <!-- skills: allow CODE -- why this block is wrong on purpose -->."),
     Code("OPT002", "opt-out suppresses nothing (stale)", "Remove the code from the opt-out, or the opt-out itself."),
@@ -63,6 +77,13 @@ _ALL = [
          "Mark the region with '# --8<-- [start:NAME]' and '# --8<-- [end:NAME]'."),
     Code("EXC003", "fenced block differs from the module region it excerpts", "Copy the region exactly (dedented), or fix the markers."),
     Code("EXC004", "excerpt comment is not directly followed by a fenced block", "Put the fence on the line after the excerpt comment."),
+    # Generated blocks (one mechanism: `skills.py generate` writes them, validate checks them)
+    Code("GEN001", "generated block differs from what its generator renders from its JSON (stale)",
+         "Run `python scripts/skills.py generate` and commit; never edit inside the markers."),
+    Code("GEN002", "generated block markers broken: unknown generator, start without end, end without start, "
+         "or mismatched names", "Use <!-- generated:NAME --> ... <!-- /generated:NAME --> with a registered NAME."),
+    Code("GEN003", "a generator cannot run: its JSON source is missing or invalid, or its function fails",
+         "Restore the JSON source (re-run the script that writes it) or fix the generator function."),
     # Real-time mode rules (Python AST)
     Code("RTM001", "realTime trigger given a non-string (e.g. realTime=True)",
          "Pass a duration string: .trigger(realTime=\"5 seconds\").", True),
@@ -116,10 +137,13 @@ def describe(code: str) -> str:
 
 
 def rules_table() -> str:
-    """Plain-text table: code, summary, fix (one code per line)."""
+    """Plain-text table: code, summary, fix (one code per line), then the validator's limits."""
+    from .limits import describe
+
     width = max(len(c) for c in CODES)
     lines = [f"{'CODE':<{width}}  SUMMARY -- FIX"]
     for c in _ALL:
         opt = "" if c.suppressible else " [not suppressible]"
         lines.append(f"{c.code:<{width}}  {c.summary} -- {c.fix}{opt}")
+    lines += ["", describe()]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .findings import Finding
 from .packfiles import CODE_DIRS
+from .readfile import file_problem
 
 TIMEOUT_SECONDS = 180
 
@@ -69,8 +70,8 @@ def module_names(root: Path) -> list[tuple[str, str]]:
     """(dotted module name, relative path) of every module in the code folders, packages first."""
     out = []
     for p in sorted(p for folder in CODE_DIRS if (root / folder).is_dir() for p in (root / folder).rglob("*.py")):
-        if "__pycache__" in p.parts:
-            continue
+        if "__pycache__" in p.parts or file_problem(root, p.relative_to(root).as_posix()) is not None:
+            continue  # unreadable files are reported by the validator, never imported
         rel = p.relative_to(root).as_posix()
         parts = list(p.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":

@@ -33,6 +33,21 @@ def unique_sorted(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(set(findings))
 
 
+def capped(findings: list[Finding], per_file: int) -> list[Finding]:
+    """At most ``per_file`` findings per path (sorted input), then one PACK005 counting the rest."""
+    out: list[Finding] = []
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.path] = counts.get(f.path, 0) + 1
+        if counts[f.path] <= per_file:
+            out.append(f)
+    for path, n in counts.items():
+        if n > per_file:
+            out.append(Finding(path, 1, 1, "PACK005",
+                               f"{n - per_file} more findings in this file not shown (limit {per_file} per file)"))
+    return sorted(out)
+
+
 def summary_line(findings: list[Finding], files_checked: int) -> str:
     if not findings:
         return f"OK: no findings ({files_checked} files checked)"

@@ -9,7 +9,8 @@ from typing import Callable
 from urllib.parse import unquote
 
 from .findings import Finding
-from .markdown import Document, anchors
+from .anchors import anchors
+from .markdown import Document
 
 SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
@@ -26,7 +27,7 @@ def check_links(doc: Document, root: Path, load: Callable[[str], Document | None
         path_part = unquote(path_part.split("?")[0])
         if not path_part:
             if own_anchors is None:
-                own_anchors = anchors(doc)
+                own_anchors = anchors(doc, root)
             if anchor and anchor not in own_anchors:
                 out.append(Finding(doc.path, link.line, link.col, "LINK002", f"anchor #{anchor} matches no heading in this file"))
             continue
@@ -40,6 +41,6 @@ def check_links(doc: Document, root: Path, load: Callable[[str], Document | None
             continue
         if anchor and rel.endswith(".md") and full.is_file():
             other = load(rel)
-            if other is not None and anchor not in anchors(other):
+            if other is not None and anchor not in anchors(other, root):
                 out.append(Finding(doc.path, link.line, link.col, "LINK002", f"anchor #{anchor} matches no heading in {rel}"))
     return out

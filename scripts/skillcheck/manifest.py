@@ -11,6 +11,7 @@ import ast
 import hashlib
 import json
 import tomllib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .findings import Finding
+from .readfile import load_json, read_pack_bytes, read_pack_text, write_atomically
 from .frontmatter import parse_front_matter
 from .markdown import Document, parse
 from .packfiles import pack_files
@@ -37,15 +39,7 @@ class PackError(Exception):
 
 
 def read_text(root: Path, rel: str) -> tuple[str | None, Finding | None]:
-    try:
-        data = (root / rel).read_bytes()
-    except OSError as exc:
-        return None, Finding(rel, 1, 1, "PACK002", f"cannot read file: {exc.strerror or exc}")
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        return None, Finding(rel, line, 1, "PACK002", f"not valid UTF-8 (byte {exc.start}): {exc.reason}")
+    return read_pack_text(root, rel)
 
 
 def _first_h1(doc: Document) -> str:
@@ -58,22 +52,23 @@ def _first_h1(doc: Document) -> str:
 def _docstring_summary(source: str) -> str:
     try:
         doc = ast.get_docstring(ast.parse(source))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ""
     return doc.strip().splitlines()[0].strip() if doc and doc.strip() else ""
 
 
 def _project_version(root: Path) -> str:
     try:
-        return str(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"])
-    except (OSError, KeyError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        text, _ = read_pack_text(root, "pyproject.toml")
+        return str(tomllib.loads(text)["project"]["version"])
+    except (TypeError, KeyError, AttributeError, RecursionError, tomllib.TOMLDecodeError):
         return "0.0.0"
 
 
 def build_manifest(root: Path) -> dict[str, Any]:
     """The manifest `generate` writes; raises PackError when SKILL.md or a pack file cannot be read."""
     problems: list[Finding] = []
-    if not (root / "SKILL.md").is_file():
+    if not os.path.lexists(root / "SKILL.md"):
         raise PackError([Finding("SKILL.md", 1, 1, "PACK001", "SKILL.md not found at the pack root")])
     text, err = read_text(root, "SKILL.md")
     if err:
@@ -87,10 +82,9 @@ def build_manifest(root: Path) -> dict[str, Any]:
     read_when = read_when_map(skill_doc)
     files = []
     for rel, role in pack_files(root):
-        try:
-            data = (root / rel).read_bytes()
-        except OSError as exc:
-            problems.append(Finding(rel, 1, 1, "PACK002", f"cannot read file: {exc.strerror or exc}"))
+        data, problem = read_pack_bytes(root, rel)
+        if problem:
+            problems.append(problem)
             continue
         entry: dict[str, Any] = {"path": rel, "role": role, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         if role in ("reference", "example"):
@@ -124,26 +118,31 @@ def dumps(manifest: dict[str, Any]) -> bytes:
 
 def write_manifest(root: Path) -> Path:
     target = root / MANIFEST
-    target.write_bytes(dumps(build_manifest(root)))
+    write_atomically(target, dumps(build_manifest(root)))
     return target
 
 
 def load_schema(root: Path) -> tuple[dict | None, list[Finding]]:
-    try:
-        schema = json.loads((root / SCHEMA).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not (root / SCHEMA).exists() and not (root / SCHEMA).is_symlink():
         return None, [Finding(SCHEMA, 1, 1, "MAN005", "manifest schema not found")]
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Finding(SCHEMA, 1, 1, "PACK002", f"cannot read schema: {exc}")]
-    except json.JSONDecodeError as exc:
-        return None, [Finding(SCHEMA, exc.lineno, exc.colno, "MAN005", f"schema is not valid JSON: {exc.msg}")]
+    schema, _, problem = load_json(root, SCHEMA, "MAN005")
+    if problem:
+        return None, [problem]
+    if not isinstance(schema, dict):
+        return None, [Finding(SCHEMA, 1, 1, "MAN005", "schema must be a JSON object")]
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         return None, [Finding(SCHEMA, 1, 1, "MAN005", f"not a valid draft 2020-12 schema: {exc.message}")]
+    except (RecursionError, MemoryError) as exc:
+        return None, [Finding(SCHEMA, 1, 1, "MAN005", f"schema cannot be checked: {type(exc).__name__}")]
     if schema.get("$schema") != "https://json-schema.org/draft/2020-12/schema":
         return None, [Finding(SCHEMA, 1, 1, "MAN005", "schema must declare $schema draft 2020-12")]
     return schema, []
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _diff(current: Any, expected: dict[str, Any]) -> str:
@@ -172,26 +171,29 @@ def check_manifest(root: Path) -> list[Finding]:
     schema, schema_findings = load_schema(root)
     out += schema_findings
     path = root / MANIFEST
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return out + [Finding(MANIFEST, 1, 1, "MAN001", "manifest.json not found; run `python scripts/skills.py generate`")]
-    try:
-        raw = path.read_bytes()
-        current = json.loads(raw.decode("utf-8"))
-    except OSError as exc:
-        return out + [Finding(MANIFEST, 1, 1, "PACK002", f"cannot read manifest: {exc}")]
-    except UnicodeDecodeError as exc:
-        return out + [Finding(MANIFEST, 1, 1, "MAN002", f"manifest is not UTF-8: {exc.reason}")]
-    except json.JSONDecodeError as exc:
-        return out + [Finding(MANIFEST, exc.lineno, exc.colno, "MAN002", f"invalid JSON: {exc.msg}")]
-    if schema is not None:
+    current, raw, problem = load_json(root, MANIFEST, "MAN002")
+    if problem and problem.code != "MAN002":
+        return out + [problem]
+    if problem:
+        out.append(problem)
+    elif schema is not None:
         validator = Draft202012Validator(schema)
-        for err in sorted(validator.iter_errors(current), key=lambda e: list(map(str, e.absolute_path))):
+        try:
+            errors = sorted(validator.iter_errors(current), key=lambda e: list(map(str, e.absolute_path)))
+        except (RecursionError, MemoryError) as exc:
+            errors = []
+            out.append(Finding(MANIFEST, 1, 1, "MAN003", f"cannot be checked against the schema: {type(exc).__name__}"))
+        for err in errors:
             where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-            out.append(Finding(MANIFEST, 1, 1, "MAN003", f"{where}: {err.message}"))
+            out.append(Finding(MANIFEST, 1, 1, "MAN003", f"{where}: {_short(err.message)}"))
     try:
         expected = build_manifest(root)
     except PackError:
         return out  # the causes are reported by the other checks
+    if problem:
+        return out
     if raw != dumps(expected):
         out.append(Finding(MANIFEST, 1, 1, "MAN004",
                            f"out of date ({_diff(current, expected)}); run `python scripts/skills.py generate`"))

@@ -1,36 +1,50 @@
-"""Line-based Markdown scanning: front matter, fenced blocks, headings, links and prose, with line numbers.
+"""Markdown scanning on markdown-it-py tokens (CommonMark, with line maps): fences, headings, links, prose.
 
-Not a full CommonMark parser: it handles what the pack uses (backtick/tilde
-fences, possibly indented inside list items; ATX headings; inline links,
-images and reference definitions; HTML comments right above a fence).
+``parse(path, text)`` returns a :class:`Document`. Front matter (``---`` ...
+``---`` at the top) is blanked before parsing so that line numbers stay those
+of the file. What the checks get:
+
+- ``blocks``: fenced code blocks (``fence`` tokens), with the one-line HTML
+  comments directly above them (opt-outs, excerpt markers) and whether the
+  fence was closed (an unclosed fence runs to the end of its container and
+  is reported as FENCE002);
+- ``headings`` (``heading_open`` + its inline source), ``links`` (``link_open``
+  and ``image`` tokens, plus reference definitions), ``paragraphs`` (the lines of
+  each paragraph, heading and table, for the prose rules) and ``html_ids``;
+- ``unclosed_comments``: lines where an HTML comment opens and never closes.
+
+Heading anchors are computed by :mod:`skillcheck.anchors` with Python-Markdown's
+own ``toc`` extension, as MkDocs renders them.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 
-FENCE_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-HEADING_RE = re.compile(r"^ {0,3}(?P<hashes>#{1,6})(?:[ \t]+(?P<text>.*?))?[ \t]*#*[ \t]*$")
-COMMENT_LINE_RE = re.compile(r"^\s*<!--(?P<body>.*?)-->\s*$")
-LINK_RE = re.compile(r"(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*(?P<target><[^>]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
-REFDEF_RE = re.compile(r"^ {0,3}\[(?P<label>[^\]]+)\]:\s*(?P<target><[^>]*>|\S+)")
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+COMMENT_RE = re.compile(r"^\s*<!--(?P<body>.*?)-->\s*$", re.S)
+HTML_ID_RE = re.compile(r"<a\s[^>]*?(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
 INLINE_CODE_RE = re.compile(r"(`+)(?:(?!\1).)+?\1")
-HTML_ID_RE = re.compile(r"<a\s[^>]*(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
+#: Link syntax for text outside a parsed document (routing-table cells).
+LINK_RE = re.compile(r"(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*(?P<target><[^>]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
+
+_MD = MarkdownIt("commonmark").enable("table")
 
 
 @dataclass
 class Block:
-    """A fenced code block. ``start`` is the 1-based line of the opening fence."""
+    """A fenced code block. ``start``/``end`` are the 1-based lines of its opening and closing fence."""
 
     lang: str
     info: str
     start: int
-    end: int  # line of the closing fence (or last line if unclosed)
-    indent: int
+    end: int  # line of the closing fence (or the last line of the block if unclosed)
+    indent: int  # column of the fence marker on its line (list items indent it)
     lines: list[str]
-    comments: list[tuple[int, str]] = field(default_factory=list)  # HTML comment lines right above the fence
+    comments: list[tuple[int, str]] = field(default_factory=list)  # one-line HTML comments right above
     closed: bool = True
 
     @property
@@ -45,7 +59,7 @@ class Block:
 @dataclass
 class Heading:
     level: int
-    text: str
+    text: str  # the heading's inline Markdown source
     line: int
 
 
@@ -59,7 +73,7 @@ class Link:
 
 @dataclass
 class Paragraph:
-    """Consecutive prose lines outside fences (line numbers kept per line)."""
+    """A paragraph, heading or table: its source lines, and the one-line HTML comments right above it."""
 
     lines: list[tuple[int, str]]
     comments: list[tuple[int, str]] = field(default_factory=list)
@@ -76,10 +90,19 @@ class Document:
     links: list[Link]
     paragraphs: list[Paragraph]
     html_ids: set[str]
+    comments: list[tuple[int, str]] = field(default_factory=list)  # every one-line HTML comment (line, body)
+    unclosed_comments: list[int] = field(default_factory=list)
+    first_block: str | None = None  # type of the first block token after front matter (e.g. "heading_open")
+    second_block: tuple[str, int] | None = None  # (type, 1-based line) of the block after it
+    code_lines: set[int] = field(default_factory=set)
 
     @property
     def body_start(self) -> int:
         return self.front_matter[1] + 1 if self.front_matter else 1
+
+    def in_code(self, lineno: int) -> bool:
+        """True when 1-based ``lineno`` belongs to a code block (fenced or indented), fences included."""
+        return lineno in self.code_lines
 
 
 def find_front_matter(lines: list[str]) -> tuple[int, int] | None:
@@ -96,129 +119,144 @@ def strip_inline_code(text: str) -> str:
     return INLINE_CODE_RE.sub(lambda m: " " * len(m.group(0)), text)
 
 
+def _fence_closed(token: Token, lines: list[str]) -> bool:
+    """Whether the fence's last mapped line is a closing fence (markdown-it closes it at the container's end)."""
+    last = token.map[1] - 1
+    if last <= token.map[0] or last >= len(lines):
+        return False
+    text = lines[last].lstrip(" \t>")  # inside a blockquote the line keeps its '>' prefix
+    marker = token.markup[0]
+    run = len(text) - len(text.lstrip(marker))
+    return run >= len(token.markup) and not text[run:].strip()
+
+
+def _comment_body(content: str) -> str | None:
+    m = COMMENT_RE.match(content)
+    if not m or "\n" in content.strip():
+        return None
+    return m.group("body").strip()
+
+
+def _unclosed_comment_lines(token: Token, base_line: int) -> list[int]:
+    """Line of a ``<!--`` with no ``-->`` after it in an inline token's source (code spans excluded)."""
+    source = strip_inline_code(token.content)
+    opened = source.rfind("<!--")
+    if opened < 0 or "-->" in source[opened:]:
+        return []
+    return [base_line + source[:opened].count("\n")]
+
+
 def parse(path: str, text: str) -> Document:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines = lines[:-1]
     fm = find_front_matter(lines)
+    body_lines = ([""] * fm[1] + lines[fm[1]:]) if fm else lines
+    env: dict = {}
+    tokens = _MD.parse("\n".join(body_lines) + "\n", env)
+
     blocks: list[Block] = []
     headings: list[Heading] = []
     links: list[Link] = []
     paragraphs: list[Paragraph] = []
     html_ids: set[str] = set()
-    pending_comments: list[tuple[int, str]] = []
-    current: Paragraph | None = None
-    i = fm[1] if fm else 0
-    while i < len(lines):
-        raw = lines[i]
-        lineno = i + 1
-        m = FENCE_RE.match(raw)
-        if m and not (m.group("fence")[0] == "`" and "`" in m.group("info")):
-            fence = m.group("fence")
-            indent = len(m.group("indent").expandtabs(4))
-            info = m.group("info").strip()
-            lang = info.split()[0].lower() if info else ""
-            lang = lang.lstrip("{.").rstrip("}")
-            body: list[str] = []
-            j = i + 1
-            closed = False
-            while j < len(lines):
-                cm = FENCE_RE.match(lines[j])
-                if (cm and cm.group("fence")[0] == fence[0] and len(cm.group("fence")) >= len(fence)
-                        and not cm.group("info").strip()):
-                    closed = True
-                    break
-                body.append(_dedent_line(lines[j], indent))
-                j += 1
-            blocks.append(Block(lang, info, lineno, j + 1 if closed else len(lines), indent, body,
-                                list(pending_comments), closed))
-            pending_comments = []
-            current = None
-            i = j + 1
+    comments: list[tuple[int, str]] = []
+    unclosed: list[int] = []
+    code_lines: set[int] = set()
+    pending: list[tuple[int, str]] = []
+    block_order: list[tuple[str, int]] = []
+
+    for i, tok in enumerate(tokens):
+        if tok.map is not None and tok.level == 0 and tok.nesting >= 0:
+            block_order.append((tok.type, tok.map[0] + 1))
+        if tok.type == "html_block":
+            start = tok.map[0] + 1
+            body = _comment_body(tok.content)
+            html_ids.update(HTML_ID_RE.findall(tok.content))
+            if body is not None:
+                pending.append((start, body))
+                comments.append((start, body))
+            else:
+                stripped = strip_inline_code(tok.content)
+                opened = stripped.rfind("<!--")
+                if opened >= 0 and "-->" not in stripped[opened:]:
+                    unclosed.append(start + stripped[:opened].count("\n"))
+                pending = []
             continue
-        if raw.lstrip().startswith("<!--") and "-->" not in raw:
-            # A multi-line HTML comment: not prose, not an opt-out (those are one line).
-            while i < len(lines) and "-->" not in lines[i]:
-                i += 1
-            current = None
-            pending_comments = []
-            i += 1
+        if tok.type == "fence":
+            start, stop = tok.map[0] + 1, tok.map[1]
+            closed = _fence_closed(tok, body_lines)
+            info = tok.info.strip()
+            lang = info.split()[0].lower().lstrip("{.").rstrip("}") if info else ""
+            opener = body_lines[start - 1]
+            indent = len(opener.expandtabs(4)) - len(opener.expandtabs(4).lstrip(" "))
+            content = tok.content.split("\n")
+            if content and content[-1] == "":
+                content = content[:-1]
+            blocks.append(Block(lang, info, start, stop, indent, content, pending, closed))
+            code_lines.update(range(start, stop + 1))
+            pending = []
             continue
-        cm = COMMENT_LINE_RE.match(raw)
-        if cm:
-            pending_comments.append((lineno, cm.group("body").strip()))
-            current = None
-            i += 1
+        if tok.type == "code_block":
+            code_lines.update(range(tok.map[0] + 1, tok.map[1] + 1))
+            pending = []
             continue
-        if not raw.strip():
-            current = None
-            i += 1
+        if tok.type in ("paragraph_open", "heading_open", "table_open"):
+            start, stop = tok.map[0] + 1, tok.map[1]
+            paragraphs.append(Paragraph([(ln, body_lines[ln - 1]) for ln in range(start, stop + 1)
+                                         if ln - 1 < len(body_lines)], pending))
+            pending = []
+            if tok.type == "heading_open":
+                inline = tokens[i + 1] if i + 1 < len(tokens) else None
+                text_src = inline.content if inline is not None and inline.type == "inline" else ""
+                headings.append(Heading(int(tok.tag[1]), " ".join(text_src.split("\n")).strip(), start))
             continue
-        hm = HEADING_RE.match(raw)
-        if hm:
-            headings.append(Heading(len(hm.group("hashes")), (hm.group("text") or "").strip(), lineno))
-        if current is None:
-            current = Paragraph([], pending_comments)
-            paragraphs.append(current)
-        pending_comments = []
-        current.lines.append((lineno, raw))
-        if hm:
-            current = None
-        scan = strip_inline_code(raw)
-        for lm in LINK_RE.finditer(scan):
-            target = lm.group("target")
+        if tok.type == "hr":
+            pending = []
+            continue
+        if tok.type == "inline" and tok.map is not None:
+            start, stop = tok.map[0] + 1, tok.map[1]
+            unclosed += _unclosed_comment_lines(tok, start)
+            hrefs: dict[str, int] = {}
+            for child in tok.children or []:
+                if child.type == "html_inline":
+                    html_ids.update(HTML_ID_RE.findall(child.content))
+                elif child.type in ("link_open", "image") and child.markup != "autolink":
+                    href = str(child.attrGet("href" if child.type == "link_open" else "src") or "")
+                    hrefs[href] = hrefs.get(href, 0) + 1
+            if hrefs:
+                links += _locate_links(body_lines, start, stop, hrefs)
+            continue
+
+    # Reference definitions: markdown-it keeps them in env; place each on its definition line.
+    references = env.get("references", {})
+    if references:
+        for ln, raw in enumerate(body_lines, 1):
+            if ln in code_lines or not raw.lstrip().startswith("["):
+                continue
+            m = re.match(r"^ {0,3}\[(?P<label>[^\]]+)\]:\s*(?P<target><[^>]*>|\S+)", raw)
+            if m:
+                links.append(Link(m.group("target").strip("<>"), ln, m.start("target") + 1, m.group("label")))
+
+    first = block_order[0][0] if block_order else None
+    second = block_order[1] if len(block_order) > 1 else None
+    return Document(path, text, lines, fm, blocks, headings, links, paragraphs, html_ids, comments,
+                    sorted(set(unclosed)), first, second, code_lines)
+
+
+def _locate_links(lines: list[str], start: int, stop: int, hrefs: dict[str, int]) -> list[Link]:
+    """Inline links of lines start..stop whose destination markdown-it parsed as a link (code spans skipped).
+
+    Reference-style links are not placed here: their definition line is checked instead.
+    """
+    out = []
+    for ln in range(start, min(stop, len(lines)) + 1):
+        for m in LINK_RE.finditer(strip_inline_code(lines[ln - 1])):
+            target = m.group("target")
             if target.startswith("<") and target.endswith(">"):
                 target = target[1:-1]
-            links.append(Link(target, lineno, lm.start() + 1, lm.group("text")))
-        rm = REFDEF_RE.match(scan)
-        if rm:
-            target = rm.group("target").strip("<>")
-            links.append(Link(target, lineno, rm.start("target") + 1, rm.group("label")))
-        html_ids.update(HTML_ID_RE.findall(raw))
-        i += 1
-    return Document(path, text, lines, fm, blocks, headings, links, paragraphs, html_ids)
-
-
-def _dedent_line(line: str, indent: int) -> str:
-    expanded = line.expandtabs(4)
-    prefix = len(expanded) - len(expanded.lstrip(" "))
-    return expanded[min(indent, prefix):]
-
-
-# --- heading slugs (Python-Markdown toc defaults, as MkDocs uses them) ---------------------------
-
-_MD_INLINE = [
-    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # links/images -> their text
-    (re.compile(r"<[^>]+>"), ""),  # inline HTML tags
-    (re.compile(r"(`+)(.+?)\1"), r"\2"),  # code spans -> content
-    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),  # bold
-    (re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*"), r"\1"),  # *em*
-    (re.compile(r"(?<!\w)_(?!\s)(.+?)(?<!\s)_(?!\w)"), r"\1"),  # _em_
-]
-
-
-def heading_plain_text(text: str) -> str:
-    """The rendered text of an ATX heading's inline Markdown (what the toc extension slugifies)."""
-    for pattern, repl in _MD_INLINE:
-        text = pattern.sub(repl, text)
-    return text.replace("\\", "")
-
-
-def slugify(value: str, separator: str = "-") -> str:
-    """Python-Markdown ``toc.slugify`` (non-unicode): NFKD to ASCII, drop punctuation, lowercase, join with '-'."""
-    value = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode("ascii")
-    value = re.sub(r"[^\w\s-]", "", value).strip().lower()
-    return re.sub(r"[{}\s]+".format(re.escape(separator)), separator, value)
-
-
-def anchors(doc: Document) -> set[str]:
-    """All anchors a link may target in ``doc``: heading slugs (duplicates get _1, _2 ...) and HTML ids."""
-    seen: set[str] = set()
-    for h in doc.headings:
-        slug = slugify(heading_plain_text(h.text))
-        base, n = slug, 0
-        while slug in seen:
-            n += 1
-            slug = f"{base}_{n}"
-        seen.add(slug)
-    return seen | set(doc.html_ids)
+            key = _MD.normalizeLink(target.replace("\\", ""))
+            if hrefs.get(key, 0) > 0:
+                hrefs[key] -= 1
+                out.append(Link(target, ln, m.start() + 1, m.group("text")))
+    return out

@@ -28,7 +28,7 @@ def _skipped(rel: str) -> bool:
 def pack_files(root: Path) -> list[tuple[str, str]]:
     """(relative path, role) of every pack file, sorted by path."""
     found: dict[str, str] = {}
-    if (root / "SKILL.md").exists():
+    if os.path.lexists(root / "SKILL.md"):
         found["SKILL.md"] = "skill"
     patterns = [
         ("references", "**/*.md", "reference"),
@@ -41,7 +41,8 @@ def pack_files(root: Path) -> list[tuple[str, str]]:
         if base.is_dir():
             for p in base.glob(pattern):
                 rel = _rel(root, p)
-                if (p.is_file() or p.suffix == ".md") and not _skipped(rel):
+                # Anything but a plain folder: FIFOs, devices and odd symlinks are reported, never opened.
+                if (not p.is_dir() or p.is_symlink() or p.suffix == ".md") and not _skipped(rel):
                     found[rel] = role
     if (root / "scripts" / "skills.py").is_file():
         found["scripts/skills.py"] = "tool"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .codeblocks import check_document, check_module
-from .findings import Finding, unique_sorted
+from .findings import Finding, capped, unique_sorted
+from .generated import Renderer, check_blocks
+from .limits import MAX_FINDINGS_PER_FILE, MAX_HEADINGS
 from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .links import check_links
 from .manifest import check_manifest, read_text
@@ -45,21 +48,18 @@ class Pack:
 
 
 def check_reference_shape(doc: Document) -> list[Finding]:
+    """REF001: '# Title' (ATX H1) on line 1, then after a blank line a summary paragraph."""
     lines = doc.lines
-    if not lines or not lines[0].startswith("# ") or not lines[0][2:].strip():
-        return [Finding(doc.path, 1, 1, "MD002", "line 1 must be the title: '# Title'")]
-    rest = [(i, l) for i, l in enumerate(lines[1:], 2)]
-    k = 0
-    while k < len(rest) and not rest[k][1].strip():
-        k += 1
-    if k == 0 and rest:
-        return [Finding(doc.path, 2, 1, "MD002", "leave a blank line after the title")]
-    if k >= len(rest):
-        return [Finding(doc.path, 1, 1, "MD002", "no summary paragraph after the title")]
-    line, first = rest[k]
-    s = first.lstrip()
-    if s.startswith(("#", "```", "~~~", "|", "<!--", "- ", "* ", ">")) or s[:2].rstrip(".").isdigit():
-        return [Finding(doc.path, line, 1, "MD002", "the title must be followed by a one-paragraph summary in prose")]
+    if (not lines or not lines[0].startswith("# ") or not lines[0][2:].strip()
+            or doc.first_block != "heading_open" or not doc.headings or doc.headings[0].line != 1):
+        return [Finding(doc.path, 1, 1, "REF001", "line 1 must be the title: '# Title'")]
+    if len(lines) > 1 and lines[1].strip():
+        return [Finding(doc.path, 2, 1, "REF001", "leave a blank line after the title")]
+    if doc.second_block is None:
+        return [Finding(doc.path, 1, 1, "REF001", "no summary paragraph after the title")]
+    kind, line = doc.second_block
+    if kind != "paragraph_open":
+        return [Finding(doc.path, line, 1, "REF001", "the title must be followed by a one-paragraph summary in prose")]
     return []
 
 
@@ -73,7 +73,7 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
     references = [rel for rel, role in files if role == "reference"]
 
     # SKILL.md: front matter and routing table.
-    if not (root / "SKILL.md").is_file():
+    if not os.path.lexists(root / "SKILL.md"):
         out.append(Finding("SKILL.md", 1, 1, "PACK001", "SKILL.md not found at the pack root"))
     else:
         skill = pack.doc("SKILL.md")
@@ -84,13 +84,18 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
             out += check_front_matter(skill, fm, name, problem)
             out += check_routing(skill, references)
 
-    # Every Markdown file: links, code blocks, excerpts, prose; references: title + summary.
+    # Every Markdown file: links, code blocks, excerpts, generated blocks, prose; references: title + summary.
+    renderer = Renderer(root)
     for rel in md_files:
         doc = pack.doc(rel)
         if doc is None:
             continue
         out += check_links(doc, root, pack.doc)
         out += check_document(doc, pack.module_text)
+        out += check_blocks(rel, doc.lines, renderer, doc.in_code)
+        if len(doc.headings) > MAX_HEADINGS:
+            out.append(Finding(rel, 1, 1, "PACK004", f"{len(doc.headings):,} headings: anchors are computed for the "
+                                                     f"first {MAX_HEADINGS:,} only"))
         if rel in references:
             out += check_reference_shape(doc)
 
@@ -113,8 +118,12 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
 
         readable_md = [rel for rel in md_files if pack.doc(rel) is not None]
         out += run_markdownlint(root, readable_md)
-        out += run_mkdocs(root)
+        if any(f.code == "PACK003" for f in pack.findings):
+            out.append(Finding("mkdocs.yml", 1, 1, "EXT002",
+                               "mkdocs build skipped: the pack holds files that are not regular files (PACK003)"))
+        else:
+            out += run_mkdocs(root)
 
     out += pack.findings
     checked = len(set(md_files) | {rel for rel, _ in files})
-    return unique_sorted(out), checked
+    return capped(unique_sorted(out), MAX_FINDINGS_PER_FILE), checked

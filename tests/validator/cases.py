@@ -8,10 +8,13 @@ makes sense, so each pair pins the rule's boundary.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
-from tests.validator.packbuilder import add_block, add_prose, write_manifest
+from skillcheck.limits import MAX_FILE_BYTES, MAX_FINDINGS_PER_FILE
+from skillcheck.regenerate import regenerate_markdown
+from tests.validator.packbuilder import REPO, add_block, add_prose, write_manifest
 
 RT = '.outputMode("update").trigger(realTime="5 seconds").start()'
 
@@ -57,12 +60,42 @@ def _module(name: str, body: str):
     return lambda root: _write(root, f"examples/{name}.py", body)
 
 
+def _generated(name: str = "foreach-latency", body: str | None = None, source: bool = True):
+    """A generated block in the guide (the real foreach-latency generator and JSON copied in); body None = current."""
+    def build(root: Path) -> None:
+        for rel in ("benchmarks/foreach_latency.py", "benchmarks/results/foreach_latency.json"):
+            if rel.endswith(".json") and not source:
+                continue
+            _write(root, rel, (REPO / rel).read_text(encoding="utf-8"), regenerate=False)
+        inner = body if body is not None else "placeholder"
+        add_prose(root, f"<!-- generated:{name} -->\n\n{inner}\n\n<!-- /generated:{name} -->")
+        if body is None:
+            regenerate_markdown(root)
+        write_manifest(root)
+    return build
+
+
+def _fifo(root: Path) -> None:
+    os.mkfifo(root / "references" / "pipe.md")
+
+
+def _many_links(n: int):
+    return _prose("\n\n".join(f"See [page {i}](missing-{i}.md)." for i in range(n)))
+
+
 BAD_RT = "df.writeStream.foreach(w).outputMode(\"update\").trigger(realTime=True).start()\n"
 
 CASES: dict[str, tuple] = {
     "PACK001": (lambda r: (r / "SKILL.md").unlink(), _nothing),
     "PACK002": (lambda r: (r / "references" / "guide.md").write_bytes(b"# Guide\n\nBad byte \xff here.\n"),
                 lambda r: _edit(r, "references/guide.md", "in one paragraph", "in one caf\u00e9 paragraph")),
+    "PACK003": (_fifo, lambda r: _write(r, "references/pipe.md", "# Pipe\n\nA regular file.\n", regenerate=False)),
+    "PACK004": (lambda r: _write(r, "references/guide.md", "# Guide\n\nBig.\n\n" + "x\n" * (MAX_FILE_BYTES // 2), regenerate=False),
+                lambda r: _write(r, "references/guide.md", "# Guide\n\nBig.\n\n" + "x\n" * (MAX_FILE_BYTES // 2 - 20))),
+    "PACK005": (_many_links(MAX_FINDINGS_PER_FILE + 1), _many_links(MAX_FINDINGS_PER_FILE)),
+    "GEN001": (_generated(body="| stale | table |"), _generated()),
+    "GEN002": (_generated(name="no-such-generator"), _generated()),
+    "GEN003": (_generated(source=False), _generated()),
     "FM001": (lambda r: _edit(r, "SKILL.md", "license: Apache-2.0", "license: [unclosed", regenerate=False),
               _nothing),
     "FM002": (lambda r: _edit(r, "SKILL.md", "license: Apache-2.0", "license: Apache-2.0\nversion: \"1\""),
@@ -89,12 +122,15 @@ CASES: dict[str, tuple] = {
                lambda r: _edit(r, "references/guide.md", "in one paragraph", "in one short paragraph")),
     "MAN005": (lambda r: (r / "schemas" / "manifest.schema.json").write_text(
         '{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": 5}', encoding="utf-8"), _nothing),
-    "MD001": (lambda r: add_block(r, "plain words", lang=""), lambda r: add_block(r, "plain words", lang="text")),
-    "MD002": (lambda r: _edit(r, "references/guide.md", "# Guide\n\nHow", "# Guide\n\n## Start\n\nHow"),
+    "FENCE001": (lambda r: add_block(r, "plain words", lang=""), lambda r: add_block(r, "plain words", lang="text")),
+    "FENCE002": (_prose("```python\nx = 1\n"), _prose("```python\nx = 1\n```\n")),
+    "HTML001": (_prose("Before.\n\n<!-- never closed\n\nAfter."), _prose("Before.\n\n<!-- closed\n-->\n\nAfter.")),
+    "REF001": (lambda r: _edit(r, "references/guide.md", "# Guide\n\nHow", "# Guide\n\n## Start\n\nHow"),
               lambda r: _edit(r, "references/guide.md", "How to write", "This page shows how to write")),
     "LINK001": (_prose("See [the missing page](missing.md)."), _prose("See [the guide](guide.md).")),
     "LINK002": (_prose("See [the sink](#the-sinks)."), _prose("See [the sink](guide.md#the-sink).")),
     "PY001": (_py("def f(:\n    pass\n"), _py("def f():\n    pass\n")),
+    "PY002": (_py("x = " + "-" * 50_000 + "1\n"), _py("x = " + "-" * 50 + "1\n")),
     "EX001": (_module("nodoc", "VALUE = 1\n"), _module("nodoc", '"""Has a docstring."""\nVALUE = 1\n')),
     "OPT001": (_py(BAD_RT, "<!-- skills: allow RTM001 -->"), _py(BAD_RT, "<!-- skills: allow RTM001 -- shows the boolean mistake -->")),
     "OPT002": (_py("x = 1\n", "<!-- skills: allow RTM001 -- nothing to hide -->"),

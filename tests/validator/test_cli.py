@@ -93,7 +93,16 @@ def test_generate_refuses_broken_skill(pack):
 def test_rules_lists_every_code():
     proc = run("rules")
     assert proc.returncode == 0
-    listed = {line.split()[0] for line in proc.stdout.splitlines()[1:]}
+    table, _, limits = proc.stdout.partition("\n\n")
+    listed = {line.split()[0] for line in table.splitlines()[1:]}
     assert listed == set(CODES)
     for code in CODES.values():
         assert code.summary and code.fix
+
+
+def test_rules_states_the_limits():
+    from skillcheck.limits import MAX_FILE_BYTES, MAX_FINDINGS_PER_FILE
+
+    limits = run("rules").stdout.partition("\n\n")[2]
+    assert f"{MAX_FILE_BYTES:,} bytes" in limits
+    assert f"at most {MAX_FINDINGS_PER_FILE} findings" in limits

@@ -131,7 +131,7 @@ def test_unreadable_file_is_a_finding(pack):
     target = pack / "references" / "broken.md"
     target.mkdir()  # a directory where a file is expected: reading it fails even as root
     result = findings(pack)
-    assert any(f.code == "PACK002" and f.path == "references/broken.md" for f in result), [f.text() for f in result]
+    assert any(f.code == "PACK003" and f.path == "references/broken.md" for f in result), [f.text() for f in result]
 
 
 def test_undecodable_example_module(pack):

@@ -6,35 +6,48 @@ import markdown
 import pytest
 from markdown.extensions.toc import slugify as toc_slugify
 
-from skillcheck.markdown import anchors, heading_plain_text, parse, slugify
+from skillcheck.anchors import anchors
+from skillcheck.markdown import parse
 from skillcheck.rules.prose import check_text
+from tests.validator.packbuilder import REPO
 
 HEADINGS = [
     "Writing the query", "Real-time mode (RTM): set-up", "`foreach` vs. `foreachBatch`",
     "What's new in 4.3?", "Slots = source + shuffle", "Step 1 -- connect", "C++ & Java", "Ünïcödé heading",
     "  Spaces   around  ", "snake_case_name", "Errors: `STREAMING_REAL_TIME_MODE`",
+    "The [`foreach`](x.md) **sink**", "A &amp; B <em>html</em>", "Under_scored *emphasis* and _more_",
 ]
 
 
-@pytest.mark.parametrize("text", HEADINGS)
-def test_slugify_matches_python_markdown(text):
-    assert slugify(text) == toc_slugify(text, "-")
+def _rendered_ids(source: str, **toc) -> set[str]:
+    """Heading ids of the full document rendered by Python-Markdown with the site's extensions."""
+    md = markdown.Markdown(extensions=["toc", "admonition", "tables", "pymdownx.highlight", "pymdownx.superfences"],
+                           extension_configs={"toc": {"permalink": True, **toc}})
+    html = md.convert(source)
+    import re
+
+    return set(re.findall(r'<h[1-6][^>]*\sid="([^"]*)"', html))
 
 
-def test_heading_ids_match_rendered_toc():
-    source = "\n\n".join(f"## {h}" for h in HEADINGS + ["Writing the query"]) + "\n"
-    md = markdown.Markdown(extensions=["toc"])
-    md.convert(source)
-    rendered = set()
+def test_heading_ids_match_the_site_renderer():
+    source = "\n\n".join(f"## {h}" for h in HEADINGS + ["Writing the query", "Writing the query"]) + "\n"
+    ids = anchors(parse("x.md", source), REPO)
+    assert ids == _rendered_ids(source)
+    assert {"writing-the-query_1", "writing-the-query_2", "the-foreach-sink"} <= ids
 
-    def walk(items):
-        for item in items:
-            rendered.add(item["id"])
-            walk(item["children"])
 
-    walk(md.toc_tokens)
-    assert anchors(parse("x.md", source)) == rendered
-    assert "writing-the-query_1" in rendered
+def test_heading_ids_follow_the_sites_toc_config(tmp_path):
+    (tmp_path / "mkdocs.yml").write_text("site_name: x\nmarkdown_extensions:\n  - toc:\n      separator: _\n",
+                                         encoding="utf-8")
+    source = "# Two Words\n\n## Two Words\n"
+    assert anchors(parse("x.md", source), tmp_path) == {"two_words", "two_words_1"}
+
+
+def test_real_reference_anchors_equal_mkdocs_rendering():
+    """Every reference's anchors, computed by the validator, equal Python-Markdown's ids for the full page."""
+    for path in sorted((REPO / "references").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        assert anchors(parse(path.name, text), REPO) >= _rendered_ids(text), path.name
 
 
 def test_fences_tags_comments_and_indented_blocks():
@@ -46,6 +59,16 @@ def test_fences_tags_comments_and_indented_blocks():
         ("python", 4, ["x = 1"]), ("bash", 10, ["echo hi"]), ("", 14, ["plain"])]
     assert doc.blocks[0].comments == [(3, "skills: allow RTM001 -- demo")]
     assert doc.blocks[1].indent == 4
+    assert all(b.closed for b in doc.blocks)
+
+
+def test_unclosed_fence_and_comment_are_seen():
+    doc = parse("x.md", "# T\n\n- item\n\n  ```python\n  x = 1\n\nafter the list\n\n````text\nopen\n```\n")
+    assert [(b.start, b.closed) for b in doc.blocks] == [(5, False), (10, False)]
+    doc = parse("x.md", "# T\n\nText <!-- open\n\n<!-- closed -->\n\n<!--\nnever closed\n")
+    # Inline, an unclosed '<!--' renders as literal text; as a block it hides the rest of the page on GitHub.
+    assert doc.unclosed_comments == [3, 7]
+    assert parse("x.md", "# T\n\nSee `<!--` in code.\n").unclosed_comments == []
 
 
 def test_links_skip_code_spans_and_fences():
@@ -53,13 +76,14 @@ def test_links_skip_code_spans_and_fences():
     assert [(l.target, l.line) for l in doc.links] == [("a.md", 1), ("d.md#x", 7)]
 
 
+def test_escaped_brackets_and_html_are_not_links():
+    doc = parse("x.md", "Not \\[a](a.md) a link.\n\n<div>[b](b.md)</div>\n")
+    assert doc.links == []
+
+
 def test_headings_inside_fences_are_not_anchors():
     doc = parse("x.md", "# Title\n\n```bash\n# not a heading\n```\n")
     assert anchors(doc) == {"title"}
-
-
-def test_heading_plain_text_strips_markup():
-    assert heading_plain_text("The [`foreach`](x.md) **sink**") == "The foreach sink"
 
 
 def prose(text: str) -> set[str]:

@@ -21,7 +21,7 @@ from skillcheck.manifest import PackError
 from tests.validator.packbuilder import REPO, findings, write_manifest
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "site", "__pycache__", ".pytest_cache",
-                                "*.egg-info", "tests", "benchmarks", ".notes", "spark-warehouse", "metastore_db")
+                                "*.egg-info", "tests", ".notes", "spark-warehouse", "metastore_db")
 
 MINIMAL_SKILL = """---
 name: spark-rtm-lakebase
@@ -69,6 +69,8 @@ def regenerate(root: Path) -> None:
 def real_copy(tmp_path_factory):
     base = tmp_path_factory.mktemp("realpack") / "pack"
     shutil.copytree(REPO, base, ignore=IGNORE, symlinks=True)
+    if (REPO / "tests" / "data").is_dir():  # sources of generated blocks (support matrix results)
+        shutil.copytree(REPO / "tests" / "data", base / "tests" / "data")
     if not (base / "SKILL.md").exists():
         (base / "SKILL.md").write_text(MINIMAL_SKILL, encoding="utf-8")
     refs = sorted((base / "references").glob("*.md")) if (base / "references").is_dir() else []
@@ -136,6 +138,14 @@ def new_file(root: Path, rel: str, content: str | bytes) -> str:
     return rel
 
 
+def _stale_generated(root: Path) -> str:
+    """Change one committed benchmark figure: every block rendered from it is now stale."""
+    p = root / "benchmarks" / "results" / "foreach_latency.json"
+    data = p.read_text(encoding="utf-8")
+    p.write_text(data.replace('"date": "', '"date": "1999-01-01', 1), encoding="utf-8")
+    return "benchmarks/results/foreach_latency.json"
+
+
 def edit_name(root: Path, new: str) -> str:
     p = root / "SKILL.md"
     p.write_text(re.sub(r"(?m)^name:.*$", f"name: {new}", p.read_text(encoding="utf-8"), count=1), encoding="utf-8")
@@ -164,7 +174,10 @@ MUTATIONS = {
     "SQL001": lambda r: block(r, 'cur.execute("INSERT INTO %s VALUES (1)" % table)'),
     "CONT001": lambda r: block(r, 'q = df.writeStream \\  # writer\n    .foreach(w)'),
     "PY001": lambda r: block(r, "for x in :\n    pass"),
-    "MD001": lambda r: block(r, "no tag here", lang=""),
+    "FENCE001": lambda r: block(r, "no tag here", lang=""),
+    "FENCE002": lambda r: append(r, target_doc(r), "```python\nx = 1\n"),
+    "HTML001": lambda r: append(r, target_doc(r), "Text before.\n\n<!-- a comment that never ends\n\nMore text."),
+    "GEN001": lambda r: _stale_generated(r),
     "OPT001": lambda r: block(r, 'cur.execute(f"SELECT {x}")', before="<!-- skills: allow SQL001 -->"),
     "OPT002": lambda r: block(r, "x = 1", before="<!-- skills: allow SQL001 -- nothing here -->"),
     "OPT003": lambda r: block(r, "x = 1", before="<!-- skills: allow NOPE42 -- typo -->"),
@@ -185,7 +198,7 @@ MUTATIONS = {
                (r / "SKILL.md").read_text(encoding="utf-8"), count=1), encoding="utf-8"),
     "ROUTE001": lambda r: new_file(r, "references/zz-unlisted.md", "# Unlisted\n\nA page nobody routes to.\n"),
     "ROUTE002": lambda r: new_file(r, "references/deep/nested.md", "# Nested\n\nToo deep.\n"),
-    "MD002": lambda r: new_file(r, "references/zz-untitled.md", "Some text without a title.\n"),
+    "REF001": lambda r: new_file(r, "references/zz-untitled.md", "Some text without a title.\n"),
     "PACK002": lambda r: new_file(r, "references/zz-bytes.md", b"# Bytes\n\n\xff\xfe\n"),
     "EX001": lambda r: new_file(r, "examples/zz_nodoc.py", "X = 1\n"),
     "EXC003": lambda r: new_file(r, "examples/zz_region.py",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ..findings import Finding
+from ..limits import MAX_FINDINGS_PER_FILE
 
 PATTERNS: list[tuple[str, re.Pattern[str], str]] = [
     ("PROSE001", re.compile(
@@ -52,7 +53,9 @@ def check_text(segments: list[tuple[int, int, str]], path: str) -> list[Finding]
     text = " ".join(text_parts)
     out: list[Finding] = []
     for code, pattern, message in PATTERNS:
-        for m in pattern.finditer(text):
+        for k, m in enumerate(pattern.finditer(text)):
+            if k > MAX_FINDINGS_PER_FILE:  # the per-file cap would drop the rest anyway: bounded time
+                break
             left, right = _sentence_bounds(text, m.start(), m.end())
             if NEGATION_RE.search(text[left:right]):
                 continue

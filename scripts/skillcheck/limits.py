@@ -1,0 +1,29 @@
+"""The validator's limits: every input is checked in bounded time and memory, whatever the pack holds.
+
+``skills.py rules`` prints these values; a file past a limit becomes a coded
+finding instead of a crash or a hang.
+"""
+
+from __future__ import annotations
+
+#: Largest file the validator reads (bytes; the largest reference is ~37 KB). Larger is PACK004, not scanned:
+#: markdown-it-py needs ~6 s for 256 KB of pathological input (e.g. 250,000 "[") on this 2-core machine.
+MAX_FILE_BYTES = 256 * 1024
+#: At most this many findings are printed per file; the rest are summed up in one PACK005 finding.
+MAX_FINDINGS_PER_FILE = 50
+#: Deepest nesting accepted in YAML front matter and JSON files (lists/mappings inside each other).
+MAX_NESTING = 64
+#: Most headings per Markdown file whose anchors are computed; more is PACK004.
+MAX_HEADINGS = 2_000
+#: Largest SKILL.md front matter (bytes); the Agent Skills fields fit in far less.
+MAX_FRONT_MATTER_BYTES = 64 * 1024
+
+
+def describe() -> str:
+    return (f"Limits: files over {MAX_FILE_BYTES:,} bytes are not scanned (PACK004); "
+            f"files with more than {MAX_HEADINGS:,} headings get anchors for the first {MAX_HEADINGS:,} only (PACK004); "
+            f"at most {MAX_FINDINGS_PER_FILE} findings are shown per file, the rest counted in one PACK005; "
+            f"YAML/JSON nesting deeper than {MAX_NESTING} levels and front matter over "
+            f"{MAX_FRONT_MATTER_BYTES:,} bytes are refused (FM001/MAN002); Python too deeply nested for "
+            f"the parser or the rules is PY002; FIFOs, devices, sockets, directories named like files and "
+            f"symlinks leaving the pack are never opened (PACK003).")
