@@ -4,6 +4,7 @@
     python scripts/skills.py generate [--root PATH] [--check]
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
+    python scripts/skills.py check [--format text|json] PATH...
 
 `generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
@@ -33,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "generate": "skillcheck.commands.generate",
     "validate": "skillcheck.commands.validate",
     "rules": "skillcheck.commands.rules",
+    "check": "skillcheck.commands.check",
 }
 
 

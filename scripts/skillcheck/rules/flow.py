@@ -96,9 +96,17 @@ def _key(expr: ast.expr, env: Env) -> str | None:
     """The env key ``expr`` stands for: a bound name, or a call of a helper function with a known return."""
     if isinstance(expr, ast.Name) and expr.id in env:
         return expr.id
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and RETURNS + expr.func.id in env:
-        return RETURNS + expr.func.id
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+        if call_key(expr) in env:  # this very call, walked with its arguments bound
+            return call_key(expr)
+        if RETURNS + expr.func.id in env:
+            return RETURNS + expr.func.id
     return None
+
+
+def call_key(call: ast.Call) -> str:
+    """Env key of one call site's return (set where the helper was walked with that call's arguments)."""
+    return f"{RETURNS}@{id(call)}"
 
 
 def flatten(expr: ast.expr, env: Env, depth: int = 0) -> Chain:
@@ -203,13 +211,17 @@ class Flow:
                 continue
             if isinstance(stmt, ast.Return) and stmt.value is not None and self._returns is not None:
                 self._returns.append((stmt.value, env))
-            for expr in _expr_children(stmt):
+            exprs = list(_expr_children(stmt))
+            for expr in exprs:  # helpers first (innermost call first), so chains through their calls see the return
+                for n in reversed(list(ast.walk(expr))):
+                    if isinstance(n, ast.Call):
+                        env = self._expand(n, env)
+            for expr in exprs:
                 for top in _tops(expr):
                     self.chains.append(flatten(top, env))
                 for n in ast.walk(expr):
                     if isinstance(n, ast.Call):
                         self.calls.append((n, env))
-                        self._expand(n, env)
             if isinstance(stmt, ast.ClassDef):
                 self._walk_class(stmt, env)
                 continue
@@ -243,13 +255,13 @@ class Flow:
             self._defs[fn.name] = (fn, new)
         return new
 
-    def _expand(self, call: ast.Call, env: Env) -> None:
-        """Walk a called helper's body with its parameters bound to this call's arguments."""
+    def _expand(self, call: ast.Call, env: Env) -> Env:
+        """Walk a called helper's body with its parameters bound to this call's arguments; bind its return."""
         if not isinstance(call.func, ast.Name) or call.func.id not in self._defs:
-            return
+            return env
         name = call.func.id
         if name in self._active or self._sites.get(name, 0) >= MAX_SITES:
-            return
+            return env
         self._sites[name] = self._sites.get(name, 0) + 1
         fn, def_env = self._defs[name]
         bound = dict(def_env)
@@ -260,7 +272,12 @@ class Flow:
         for k in call.keywords:
             if k.arg in params:
                 bound[k.arg] = Binding(k.value, env)
-        self._walk_function(fn, bound, name)
+        returns = self._walk_function(fn, bound, name)
+        if not returns:
+            return env
+        new = dict(env)
+        new[call_key(call)] = Binding(*returns[-1])
+        return new
 
     def _walk_function(self, fn, env: Env, name: str | None, keep: bool = True) -> list[tuple[ast.expr, Env]]:
         if self._walks >= MAX_WALKS:
