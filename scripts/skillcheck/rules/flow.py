@@ -198,8 +198,12 @@ class Flow:
         self._active: list[str] = []
         self._walks = 0
         self._returns: list[tuple[ast.expr, Env]] | None = None
+        self._entries: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, Env]] = []
         self._walk(tree.body, {})
-        # Helpers called only from places never walked (e.g. before their definition): walk them unbound.
+        # Entry points (functions and methods nobody in the module calls) run after the module body has
+        # defined every helper, as at run time; then helpers no walk reached are walked unbound.
+        for fn, env in self._entries:
+            self._walk_function(fn, env, None)
         for name, (fn, env) in list(self._defs.items()):
             if not self._sites.get(name):
                 self._walk_function(fn, env, None)
@@ -234,7 +238,7 @@ class Flow:
         """Methods are walked once with unbound parameters; their names stay local to the class."""
         for stmt in cls.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self._walk_function(stmt, env, None)
+                self._entries.append((stmt, env))
             elif isinstance(stmt, ast.ClassDef):
                 self._walk_class(stmt, env)
             else:
@@ -242,8 +246,10 @@ class Flow:
 
     def _define(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, env: Env) -> Env:
         """Record a function: its returns become ``RETURNS + name``; its body is walked now unless it is called."""
-        called = fn.name in self._called
-        returns = self._walk_function(fn, env, None, keep=not called)
+        if fn.name not in self._called:
+            self._entries.append((fn, env))
+            return env
+        returns = self._walk_function(fn, env, None, keep=False)
         new = dict(env)
         new.pop(fn.name, None)
         if returns:
@@ -251,8 +257,7 @@ class Flow:
             new[RETURNS + fn.name] = Binding(expr, renv)
         else:
             new.pop(RETURNS + fn.name, None)
-        if called:
-            self._defs[fn.name] = (fn, new)
+        self._defs[fn.name] = (fn, new)
         return new
 
     def _expand(self, call: ast.Call, env: Env) -> Env:
