@@ -5,6 +5,7 @@
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
     python scripts/skills.py check [--format text|json] PATH...
+    python scripts/skills.py eval grade DIR | eval run --agent "COMMAND {prompt_file} {answer_dir}"
 
 `generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
@@ -35,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "validate": "skillcheck.commands.validate",
     "rules": "skillcheck.commands.rules",
     "check": "skillcheck.commands.check",
+    "eval": "skillcheck.commands.eval",
 }
 
 
