@@ -28,9 +28,10 @@ class Outcome:
     check: str
     passed: bool
     evidence: str = ""
+    error: bool = False  # the grader itself failed (no Postgres, no Spark): the answer was not judged
 
     def as_dict(self) -> dict:
-        return {"check": self.check, "passed": self.passed, "evidence": self.evidence}
+        return {"check": self.check, "passed": self.passed, "evidence": self.evidence, "error": self.error}
 
 
 @dataclass

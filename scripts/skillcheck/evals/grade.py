@@ -104,18 +104,29 @@ def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
         if kind == "run":
             from .drive import run_child
 
-            dsn = ctx.dsn() if check.get("postgres") else ""
+            try:
+                dsn = ctx.dsn() if check.get("postgres") else ""
+            except Exception as exc:
+                return Outcome(label, False, f"grader error (answer not judged): no Postgres: {str(exc)[:200]}", error=True)
             ok, evidence = run_child(check["driver"], answer.folder, dsn)
             return Outcome(label, ok, evidence)
         if kind == "spark":
             from .drive import SPARK_DRIVERS, CheckFailed
 
             try:
-                SPARK_DRIVERS[check["driver"]](answer.folder, ctx.session(), ctx.workdir())
+                session = ctx.session()
+            except Exception as exc:
+                return Outcome(label, False, f"grader error (answer not judged): no Spark lab: {str(exc)[:200]}", error=True)
+            try:
+                SPARK_DRIVERS[check["driver"]](answer.folder, session, ctx.workdir())
             except CheckFailed as exc:
                 return Outcome(label, False, str(exc))
             return Outcome(label, True)
     except Exception as exc:  # an answer's code raising inside an in-process driver is a failed check
+        from .drive import GraderUnavailable
+
+        if isinstance(exc, GraderUnavailable) or type(exc).__name__ in ("PostgresUnavailable", "RealTimeModeUnavailable"):
+            return Outcome(label, False, f"grader error (answer not judged): {str(exc)[:300]}", error=True)
         return Outcome(label, False, f"{type(exc).__name__}: {str(exc)[:300]}")
     return Outcome(label, False, f"unknown check kind {kind}")
 
@@ -134,6 +145,7 @@ def grade_task(task: dict, answer_dir: Path, ctx: Context) -> dict:
                 break
     failed = next((o for o in outcomes if not o.passed), None)
     return {"id": task["id"], "name": task["name"], "category": task["category"], "passed": failed is None,
+            "error": bool(failed and failed.error),
             "first_failure": failed.as_dict() if failed else None, "checks": [o.as_dict() for o in outcomes],
             "seconds": round(time.monotonic() - started, 1)}
 
@@ -154,7 +166,7 @@ def grade_dir(folder: Path, tasks: dict, only: list[str] | None = None, ctx: Con
             ctx.close()
     passed = sum(r["passed"] for r in results)
     return {"skill_name": tasks["skill_name"], "answers": str(folder), "tasks": results,
-            "summary": {"tasks": len(results), "passed": passed,
+            "summary": {"tasks": len(results), "passed": passed, "errors": sum(r["error"] for r in results),
                         "pass_rate": round(passed / len(results), 3) if results else 0.0}}
 
 
@@ -166,7 +178,8 @@ def markdown(report: dict) -> str:
     for r in report["tasks"]:
         f = r["first_failure"]
         ev = (f["evidence"] if f else "").replace("|", "\\|").replace("\n", " ")[:200]
-        lines.append(f"| {r['id']} | {r['name']} | {r['category']} | {'pass' if r['passed'] else 'FAIL'} | "
+        verdict = "pass" if r["passed"] else ("ERROR" if r.get("error") else "FAIL")
+        lines.append(f"| {r['id']} | {r['name']} | {r['category']} | {verdict} | "
                      f"{f['check'] if f else ''} | {ev} |")
     return "\n".join(lines) + "\n"
 
