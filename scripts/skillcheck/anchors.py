@@ -88,10 +88,10 @@ def site_markdown_settings(root: str) -> tuple[tuple[str, ...], tuple[tuple[str,
     if text is None:
         return ("toc",), ()
     try:
-        config = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - the loader above imports only Markdown extensions
+        config = yaml.load(text, Loader=_ConfigLoader)  # the loader above imports only Markdown extensions
         names, configs = _extensions(config)
         markdown.Markdown(extensions=names, extension_configs=configs)  # can the site's extensions load?
-    except Exception:  # noqa: BLE001 - a site config we cannot use falls back to the defaults
+    except Exception:  # a site config we cannot use falls back to the defaults
         return ("toc",), ()
     return tuple(names), tuple(configs.items())
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from .codes import CODES
 from .findings import Finding

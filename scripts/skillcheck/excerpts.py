@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Callable
+from collections.abc import Callable
 
 EXCERPT_RE = re.compile(r"^excerpt:\s*(?P<path>[^#\s]+)#(?P<name>[\w.-]+)\s*$")
 MARKER_RE = re.compile(r"^\s*#\s*--8<--\s*\[(?P<kind>start|end):(?P<name>[\w.-]+)\]\s*$")

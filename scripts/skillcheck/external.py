@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from .findings import Finding
+from .readfile import file_problem
 
 TIMEOUT_SECONDS = 300
 
@@ -39,6 +40,8 @@ def run_markdownlint(root: Path, files: list[str]) -> list[Finding]:
         return [Finding(".markdownlint.yaml", 1, 1, "EXT003",
                         f"{what} not found: install Node 20+ and run `npm ci` in the pack root (or `bash scripts/setup.sh`)")]
     config = root / ".markdownlint.yaml"
+    if os.path.lexists(config) and (problem := file_problem(root, ".markdownlint.yaml")):
+        return [problem]
     args = cmd + ["--json"] + (["--config", str(config)] if config.exists() else []) + ["--"] + files
     try:
         proc = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
@@ -66,8 +69,10 @@ _MKDOCS_FILE_RE = re.compile(r"'([^']+\.md)'")
 
 def run_mkdocs(root: Path) -> list[Finding]:
     config = root / "mkdocs.yml"
-    if not config.exists():
+    if not os.path.lexists(config):
         return [Finding("mkdocs.yml", 1, 1, "EXT002", "mkdocs.yml not found: the docs site cannot be built")]
+    if problem := file_problem(root, "mkdocs.yml"):
+        return [problem]
     try:
         import mkdocs  # noqa: F401
     except ImportError:

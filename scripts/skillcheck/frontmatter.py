@@ -181,7 +181,7 @@ def spec_findings(doc: Document, data: dict, install_name: str | None) -> list[F
         out.append(Finding(path, doc.front_matter[0] if doc.front_matter else 1, 1, "FM001",
                            f"skills-ref cannot read the front matter: {_first_line(exc)}"))
         return out
-    except Exception as exc:  # noqa: BLE001 - the reference parser failing is a finding, not a crash
+    except Exception as exc:  # the reference parser failing is a finding, not a crash
         out.append(Finding(path, 1, 1, "FM001", f"skills-ref's parser failed: {type(exc).__name__}"))
         return out
     for key in ("name", "description"):

@@ -39,7 +39,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .findings import Finding
 
@@ -148,7 +148,7 @@ class Renderer:
             if not callable(func):
                 return None, f"{gen.module} has no function {gen.function}()"
             body = func(data)
-        except BaseException as exc:  # noqa: BLE001 - any failure of the generator is a finding, not a crash
+        except BaseException as exc:  # any failure of the generator is a finding, not a crash
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return None, f"{gen.module}:{gen.function}() failed: {type(exc).__name__}: {_one_line(exc)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from .findings import Finding
@@ -13,6 +13,14 @@ from .anchors import anchors
 from .markdown import Document
 
 SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def _exists(path: Path) -> bool:
+    """Like ``Path.exists``, but a target no file system accepts (NUL, a name too long) simply does not exist."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def check_links(doc: Document, root: Path, load: Callable[[str], Document | None]) -> list[Finding]:
@@ -36,10 +44,10 @@ def check_links(doc: Document, root: Path, load: Callable[[str], Document | None
         else:
             rel = posixpath.normpath(posixpath.join(posixpath.dirname(doc.path), path_part))
         full = root / rel
-        if rel.startswith("../") or not full.exists():
+        if rel.startswith("../") or not _exists(full):
             out.append(Finding(doc.path, link.line, link.col, "LINK001", f"link target {path_part!r} does not exist"))
             continue
-        if anchor and rel.endswith(".md") and full.is_file():
+        if anchor and rel.endswith(".md") and _exists(full):
             other = load(rel)
             if other is not None and anchor not in anchors(other, root):
                 out.append(Finding(doc.path, link.line, link.col, "LINK002", f"anchor #{anchor} matches no heading in {rel}"))

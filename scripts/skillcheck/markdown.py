@@ -32,6 +32,8 @@ INLINE_CODE_RE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 LINK_RE = re.compile(r"(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*(?P<target><[^>]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
 
 _MD = MarkdownIt("commonmark").enable("table")
+#: A CommonMark backslash escape: backslash + ASCII punctuation.
+_ESCAPE_RE = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 
 @dataclass
@@ -80,6 +82,20 @@ class Paragraph:
 
 
 @dataclass
+class Cell:
+    text: str  # the cell's inline source, escapes resolved ('\\|' -> '|')
+    plain: str  # the source with links reduced to their text, whitespace collapsed
+    hrefs: list[str]  # link destinations in the cell, as markdown-it parsed them
+
+
+@dataclass
+class Table:
+    line: int  # line of the header row
+    header: list[Cell]
+    rows: list[tuple[int, list[Cell]]]  # (line, cells) per body row
+
+
+@dataclass
 class Document:
     path: str
     text: str
@@ -95,6 +111,7 @@ class Document:
     first_block: str | None = None  # type of the first block token after front matter (e.g. "heading_open")
     second_block: tuple[str, int] | None = None  # (type, 1-based line) of the block after it
     code_lines: set[int] = field(default_factory=set)
+    tables: list[Table] = field(default_factory=list)
 
     @property
     def body_start(self) -> int:
@@ -165,6 +182,8 @@ def parse(path: str, text: str) -> Document:
     code_lines: set[int] = set()
     pending: list[tuple[int, str]] = []
     block_order: list[tuple[str, int]] = []
+    tables: list[Table] = []
+    row_line = 0
 
     for i, tok in enumerate(tokens):
         if tok.map is not None and tok.level == 0 and tok.nesting >= 0:
@@ -201,6 +220,21 @@ def parse(path: str, text: str) -> Document:
             code_lines.update(range(tok.map[0] + 1, tok.map[1] + 1))
             pending = []
             continue
+        if tok.type == "tr_open":
+            row_line = tok.map[0] + 1 if tok.map else row_line
+            if tables:
+                if tables[-1].line == 0:
+                    tables[-1].line = row_line
+                else:
+                    tables[-1].rows.append((row_line, []))
+        if tok.type == "inline" and tables and i > 0 and tokens[i - 1].type in ("th_open", "td_open"):
+            cell = _cell(tok)
+            if tokens[i - 1].type == "th_open":
+                tables[-1].header.append(cell)
+            elif tables[-1].rows:
+                tables[-1].rows[-1][1].append(cell)
+        if tok.type == "table_open":
+            tables.append(Table(0, [], []))
         if tok.type in ("paragraph_open", "heading_open", "table_open"):
             start, stop = tok.map[0] + 1, tok.map[1]
             paragraphs.append(Paragraph([(ln, body_lines[ln - 1]) for ln in range(start, stop + 1)
@@ -241,7 +275,14 @@ def parse(path: str, text: str) -> Document:
     first = block_order[0][0] if block_order else None
     second = block_order[1] if len(block_order) > 1 else None
     return Document(path, text, lines, fm, blocks, headings, links, paragraphs, html_ids, comments,
-                    sorted(set(unclosed)), first, second, code_lines)
+                    sorted(set(unclosed)), first, second, code_lines, tables)
+
+
+def _cell(token: Token) -> Cell:
+    """A table cell: its source, that source with links reduced to their text (markup kept), its hrefs."""
+    hrefs = [str(c.attrGet("href") or "") for c in token.children or [] if c.type == "link_open"]
+    plain = LINK_RE.sub(lambda m: m.group("text"), token.content)
+    return Cell(token.content, " ".join(plain.split()), hrefs)
 
 
 def _locate_links(lines: list[str], start: int, stop: int, hrefs: dict[str, int]) -> list[Link]:
@@ -255,7 +296,7 @@ def _locate_links(lines: list[str], start: int, stop: int, hrefs: dict[str, int]
             target = m.group("target")
             if target.startswith("<") and target.endswith(">"):
                 target = target[1:-1]
-            key = _MD.normalizeLink(target.replace("\\", ""))
+            key = _MD.normalizeLink(_ESCAPE_RE.sub(r"\1", target))
             if hrefs.get(key, 0) > 0:
                 hrefs[key] -= 1
                 out.append(Link(target, ln, m.start() + 1, m.group("text")))

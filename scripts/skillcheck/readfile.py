@@ -27,6 +27,8 @@ def _kind(mode: int) -> str:
 def file_problem(root: Path, rel: str) -> Finding | None:
     """Why ``rel`` must not be opened (PACK003/PACK004), or None for a regular file inside the pack within the limit."""
     path = root / rel
+    if "\0" in rel:
+        return Finding(rel.replace("\0", "\\0"), 1, 1, "PACK002", "file name contains a NUL byte")
     try:
         st = path.stat()
     except FileNotFoundError:

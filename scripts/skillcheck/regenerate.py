@@ -19,7 +19,10 @@ def regenerate_markdown(root: Path, write: bool = True, names=None) -> tuple[lis
     problems: list[Finding] = []
 
     def read_module(rel: str) -> str | None:
-        if file_problem(root, rel) is not None:
+        try:
+            if file_problem(root, rel) is not None:
+                return None
+        except ValueError:  # NUL in the name
             return None
         return read_pack_text(root, rel)[0]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import posixpath
 import re
+from urllib.parse import unquote
 from dataclasses import dataclass
 
 from .findings import Finding
-from .markdown import LINK_RE, Document, strip_inline_code
+from .markdown import Document
 
 READ_WHEN_RE = re.compile(r"read\s+when", re.I)
 
@@ -19,51 +20,27 @@ class Route:
     line: int
 
 
-def _cells(line: str) -> list[str]:
-    body = line.strip()
-    if body.startswith("|"):
-        body = body[1:]
-    if body.endswith("|") and not body.endswith("\\|"):
-        body = body[:-1]
-    return [c.strip() for c in re.split(r"(?<!\\)\|", body)]
-
-
-def _plain(cell: str) -> str:
-    cell = LINK_RE.sub(lambda m: m.group("text"), cell)
-    return re.sub(r"\s+", " ", cell.replace("\\|", "|")).strip()
-
-
 def routes(doc: Document) -> tuple[list[Route], bool]:
-    """Rows of every table whose header has a 'Read when' column; second value: such a table exists."""
+    """Rows of every table whose header has a 'Read when' column; second value: such a table exists.
+
+    Tables come from markdown-it's table tokens (so a '|' in a code span or escaped as '\\|' stays in
+    its cell, and tables inside code blocks are not tables).
+    """
     found: list[Route] = []
     has_table = False
-    in_fence = {ln for b in doc.blocks for ln in range(b.start, b.end + 1)}
-    lines = doc.lines
-    i = doc.body_start - 1
-    while i < len(lines) - 1:
-        if i + 1 in in_fence or not lines[i].lstrip().startswith("|"):
-            i += 1
+    for table in doc.tables:
+        col = next((k for k, h in enumerate(table.header) if READ_WHEN_RE.search(h.plain)), None)
+        if col is None:
             continue
-        header = _cells(lines[i])
-        sep = lines[i + 1].strip()
-        if not re.match(r"^\|?\s*:?-{1,}:?\s*(\|\s*:?-{1,}:?\s*)*\|?$", sep):
-            i += 1
-            continue
-        col = next((k for k, h in enumerate(header) if READ_WHEN_RE.search(h)), None)
-        j = i + 2
-        while j < len(lines) and lines[j].lstrip().startswith("|"):
-            if col is not None:
-                cells = _cells(lines[j])
-                row_links = [m.group("target") for m in LINK_RE.finditer(strip_inline_code(lines[j]))]
-                read_when = _plain(cells[col]) if col < len(cells) else ""
-                for target in row_links:
-                    ref = posixpath.normpath(posixpath.join(posixpath.dirname(doc.path), target.split("#")[0]))
+        has_table = True
+        for line, cells in table.rows:
+            read_when = cells[col].plain if col < len(cells) else ""
+            for cell in cells:
+                for href in cell.hrefs:
+                    target = unquote(href.split("#")[0])
+                    ref = posixpath.normpath(posixpath.join(posixpath.dirname(doc.path), target))
                     if ref.startswith("references/") and ref.endswith(".md"):
-                        found.append(Route(ref, read_when, j + 1))
-            j += 1
-        if col is not None:
-            has_table = True
-        i = j
+                        found.append(Route(ref, read_when, line))
     return found, has_table
 
 

@@ -35,8 +35,10 @@ class Pack:
         return self._text[rel]
 
     def module_text(self, rel: str) -> str | None:
-        p = self.root / rel
-        if not p.is_file():
+        try:
+            if not os.path.lexists(self.root / rel):
+                return None
+        except (OSError, ValueError):  # a name no file system accepts (NUL, too long): no such module
             return None
         return self.text(rel)
 

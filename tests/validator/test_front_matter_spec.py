@@ -14,7 +14,7 @@ def _front(pack, old: str, new: str):
     skill.write_text(text.replace(old, new, 1), encoding="utf-8")
     try:
         write_manifest(pack)
-    except Exception:  # noqa: BLE001 - broken front matter: the manifest cannot be written, validate reports why
+    except Exception:  # broken front matter: the manifest cannot be written, validate reports why
         pass
     return [f for f in findings(pack) if f.path == "SKILL.md"]
 

@@ -57,7 +57,7 @@ def _cli(root: Path) -> subprocess.CompletedProcess:
 def _regen(root: Path) -> None:
     try:
         write_manifest(root)
-    except Exception:  # noqa: BLE001 - some hostile packs cannot be described; validate still must not crash
+    except Exception:  # some hostile packs cannot be described; validate still must not crash
         pass
 
 
@@ -229,3 +229,34 @@ def test_findings_are_capped_per_file_and_counted(pack, no_import_check):
     assert len(at_guide) == MAX_FINDINGS_PER_FILE + 1
     (extra,) = [f for f in at_guide if f.code == "PACK005"]
     assert f"{n - MAX_FINDINGS_PER_FILE} more findings" in extra.message
+
+
+# --- targets no file system accepts ----------------------------------------------------------------
+
+ODD_TARGETS = ["a%00b.md", "a" * 5_000 + ".md", "a/" * 3_000 + "b.md", "%ZZ", "x.md#" + "y" * 10_000,
+               "/etc/passwd", "../../../etc/passwd", "\\\\server\\share.md", "~/x.md"]
+
+
+@pytest.mark.parametrize("target", ODD_TARGETS, ids=range(len(ODD_TARGETS)))
+def test_odd_link_and_excerpt_targets(pack, target, no_import_check):
+    guide = pack / "references" / "guide.md"
+    guide.write_text(guide.read_text(encoding="utf-8") + f"\nSee [odd]({target}).\n\n"
+                     f"<!-- excerpt: {target.replace('%00', chr(0))}#r -->\n```python\nx = 1\n```\n", encoding="utf-8")
+    write_manifest(pack)
+    codes = _codes_at(_validate(pack), "references/guide.md")
+    assert codes & {"LINK001", "LINK002"}, codes
+    if target.count("#") == 0:  # 'PATH#NAME#r' is not an excerpt marker at all
+        assert codes & {"EXC001", "EXC002"}, codes
+    _cli(pack)
+
+
+@pytest.mark.parametrize("name", ["mkdocs.yml", ".markdownlint.yaml"])
+def test_external_tool_configs_that_are_fifos_are_not_handed_to_the_tools(pack, name):
+    from skillcheck.external import run_markdownlint, run_mkdocs
+
+    (pack / "node_modules").symlink_to(REPO / "node_modules")
+    os.mkfifo(pack / name)
+    start = time.monotonic()
+    found = run_mkdocs(pack) if name == "mkdocs.yml" else run_markdownlint(pack, ["references/guide.md"])
+    assert time.monotonic() - start < 30
+    assert [(f.path, f.code) for f in found] == [(name, "PACK003")]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import markdown
 import pytest
-from markdown.extensions.toc import slugify as toc_slugify
 
 from skillcheck.anchors import anchors
 from skillcheck.markdown import parse
@@ -132,3 +131,18 @@ def test_multiline_html_comment_is_not_prose():
     doc = parse("x.md", "# T\n\n<!--\nEnable Photon [x](gone.md)\n-->\n\nReal text.\n")
     assert [l for p in doc.paragraphs for _, l in p.lines] == ["# T", "Real text."]
     assert doc.links == []
+
+
+def test_routing_table_comes_from_table_tokens():
+    from skillcheck.routing import routes
+
+    text = "\n".join([
+        "# Skill", "", "```text", "| Reference | Read when |", "| --- | --- |", "| [X](references/x.md) | fenced |", "```", "",
+        "| Reference | Read when |", "| --- | --- |",
+        "| [Guide](references/guide.md) | Writing `a \\| b` queries \\| pipes. |",  # GFM: escape '|' even in code
+        "| [Other](references/other.md#part) | |", "",
+    ])
+    found, has_table = routes(parse("SKILL.md", text))
+    assert has_table
+    assert [(r.reference, r.read_when, r.line) for r in found] == [
+        ("references/guide.md", "Writing `a | b` queries | pipes.", 11), ("references/other.md", "", 12)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Iterator
+from collections.abc import Iterator
 
 MAX_DEPTH = 40
 #: Call sites per helper function walked with bound parameters, and total body walks per module.
@@ -30,7 +30,7 @@ RETURNS = "()"
 @dataclass(frozen=True)
 class Binding:
     expr: ast.expr
-    env: "Env"
+    env: Env
 
 
 Env = dict  # name -> Binding (treated as immutable: copied on assignment)
@@ -138,7 +138,7 @@ def callee_name(call: ast.AST) -> str | None:
 
 
 def _expr_children(stmt: ast.stmt) -> Iterator[ast.AST]:
-    for name, value in ast.iter_fields(stmt):
+    for _name, value in ast.iter_fields(stmt):
         if isinstance(value, list):
             for v in value:
                 if isinstance(v, ast.AST) and not isinstance(v, (ast.stmt, ast.excepthandler, ast.match_case)):
@@ -148,7 +148,7 @@ def _expr_children(stmt: ast.stmt) -> Iterator[ast.AST]:
 
 
 def _child_bodies(stmt: ast.AST) -> Iterator[list[ast.stmt]]:
-    for name, value in ast.iter_fields(stmt):
+    for _name, value in ast.iter_fields(stmt):
         if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
             yield value
         elif isinstance(value, list):

@@ -139,7 +139,7 @@ def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
     for l in chain.named("mapInPandas", "mapInArrow"):
         out.append(_finding(l, path, "RTM007", f"{l.name} is not supported in a real-time query"))
     for l in chain.links:
-        for node, env in _arg_nodes(l):
+        for node, _env in _arg_nodes(l):
             for n in ast.walk(node):
                 name = callee_name(n)
                 if name == "session_window" or (isinstance(n, ast.Constant) and isinstance(n.value, str)
