@@ -46,6 +46,8 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
   echo "$stamp_py" > .venv/.setup-stamp
 fi
 
+source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's browser test (installed in CI)
+
 # --- Node tools (markdownlint) ---------------------------------------------------
 NEED_NODE="${PACK_NEED_NODE:-1}"
 if [ "$NEED_NODE" = "1" ]; then

@@ -4,6 +4,7 @@
     python scripts/skills.py generate [--root PATH] [--check]
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
+    python scripts/skills.py package [--root PATH] [--out DIR]
     python scripts/skills.py check [--format text|json] PATH...
     python scripts/skills.py eval grade DIR | eval run --agent "COMMAND {prompt_file} {answer_dir}"
 
@@ -35,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "generate": "skillcheck.commands.generate",
     "validate": "skillcheck.commands.validate",
     "rules": "skillcheck.commands.rules",
+    "package": "skillcheck.commands.package",
     "check": "skillcheck.commands.check",
     "eval": "skillcheck.commands.eval",
 }

@@ -240,5 +240,5 @@ def test_installed_skill_has_the_pack_but_no_answers(tmp_path):
 
     target = install_skill(tmp_path, "spark-rtm-lakebase")
     assert (target / "SKILL.md").is_file() and (target / "references").is_dir()
-    assert (target / "scripts" / "skills.py").is_file() and not (target / "evals").exists()
+    assert (target / "rtm_lakebase").is_dir() and not (target / "evals").exists()
     assert (tmp_path / ".agents" / "skills" / "spark-rtm-lakebase" / "SKILL.md").is_file()

@@ -115,6 +115,10 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
     from .examples_import import check_imports
 
     out += check_imports(root)
+    from .package import check_pack_package
+    from .plugin_manifests import check_plugin_manifests
+
+    out += check_plugin_manifests(root) + check_pack_package(root)
     if external:
         from .external import run_markdownlint, run_mkdocs
 

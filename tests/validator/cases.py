@@ -204,3 +204,7 @@ CASES: dict[str, tuple] = {
 
 #: Codes whose fixtures need the external tools (run through their checker directly, see test_codes.py).
 EXTERNAL = {"EXT001", "EXT002", "EXT003"}
+
+from tests.validator.plugin_cases import PLUGIN_CASES  # noqa: E402  (plugin manifests and the package)
+
+CASES.update(PLUGIN_CASES)

@@ -5,8 +5,9 @@ The assistant is any non-interactive command line with ``{prompt_file}`` and
 "with skill" arm the skill is installed there the way assistants discover
 skills (``~/.claude/skills/NAME``, ``~/.agents/skills/NAME``,
 ``~/.codex/skills/NAME``); for the "without" arm the home is empty. The
-command runs with the answer folder as its working directory. The pack's
-evals/ folder (reference answers) is never installed.
+command runs with the answer folder as its working directory. What is
+installed is what ``skills.py package`` builds (what users install), so the
+pack's evals/ folder (reference answers) is never part of it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from typing import Callable
 
 from .grade import ROOT, Context, grade_dir, markdown, write_reports
 
-#: What the installed skill holds (relative to the pack root); evals/ is never part of it.
-SKILL_PARTS = ("SKILL.md", "references", "scripts", "rtm_lakebase", "pack_lab", "examples", "pyproject.toml")
 SKILL_HOMES = (".claude/skills", ".agents/skills", ".codex/skills")
 ARMS = ("with_skill", "without_skill")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
@@ -35,15 +34,14 @@ class AgentUnavailable(Exception):
 
 
 def install_skill(home: Path, name: str) -> Path:
+    """Install the skill as users get it: the folder ``skills.py package`` builds, under each skills home."""
+    from ..package import build_package
+
     target = home / SKILL_HOMES[0] / name
-    target.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".venv", "node_modules")
-    for part in SKILL_PARTS:
-        src = ROOT / part
-        if src.is_dir():
-            shutil.copytree(src, target / part, ignore=ignore, symlinks=False)
-        elif src.is_file():
-            shutil.copy2(src, target / part)
+    with tempfile.TemporaryDirectory(prefix="rtm-evals-pkg-") as tmp:
+        folder, _zip = build_package(ROOT, Path(tmp))
+        target.parent.mkdir(parents=True)
+        shutil.copytree(folder, target, symlinks=False)
     for other in SKILL_HOMES[1:]:
         (home / other).mkdir(parents=True)
         (home / other / name).symlink_to(target, target_is_directory=True)

@@ -1,0 +1,55 @@
+"""Positive and negative fixtures for the plugin-manifest (PLUG*) and package (PKG*) codes, on the mini pack.
+
+The mini pack (name ``mini-skill``, version 0.3.0) gets the real pack's
+manifest schemas and one plugin manifest; each positive fixture breaks one
+thing, its negative twin is the correct form.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.validator.packbuilder import REPO, add_prose, write_manifest
+
+GOOD = {"name": "mini-skill", "version": "0.3.0", "description": "Mini.", "skills": ["./"]}
+
+
+def _plugin(rel: str = ".claude-plugin/plugin.json", raw: str | None = None, **changes):
+    def apply(root: Path) -> None:
+        for schema in (REPO / "schemas").glob("*.json"):
+            shutil.copy(schema, root / "schemas" / schema.name)
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(raw if raw is not None else json.dumps({**GOOD, **changes}, indent=2) + "\n")
+        write_manifest(root)
+    return apply
+
+
+def _second_skill(root: Path) -> None:
+    _plugin()(root)
+    (root / "examples" / "nested").mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "SKILL.md", root / "examples" / "nested" / "SKILL.md")
+
+
+def _repository(root: Path) -> None:
+    p = root / "pyproject.toml"
+    p.write_text(p.read_text().replace('version = "0.3.0"\n', 'version = "0.3.0"\n\n[project.urls]\n'
+                                       'Repository = "https://example.org/mini"\n', 1))
+    add_prose(root, "See [the project file](../pyproject.toml).")
+
+
+PLUGIN_CASES: dict[str, tuple] = {
+    "PLUG001": (_plugin(".codex-plugin/plugin.json", raw='{"name": "mini-skill",'),
+                _plugin(".codex-plugin/plugin.json", skills="./")),
+    "PLUG002": (_plugin(homepage_typo="x"), _plugin()),
+    "PLUG003": (_plugin(name="other-skill"), _plugin()),
+    "PLUG004": (_plugin(version="9.9.9"), _plugin()),
+    "PLUG005": (_plugin(skills=["./nowhere"]), _plugin(skills=["./"])),
+    "PLUG006": (_second_skill, _plugin()),
+    # A root-absolute link resolves in the pack but not in the installed folder.
+    "PKG001": (lambda r: add_prose(r, "See [the project file](/pyproject.toml)."),
+               lambda r: add_prose(r, "See [the guide](guide.md).")),
+    "PKG002": (lambda r: add_prose(r, "See [the project file](../pyproject.toml)."), _repository),
+}
