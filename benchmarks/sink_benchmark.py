@@ -27,10 +27,12 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -131,7 +133,7 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
     n_small = max(batch, n // 4)
     n_naive = max(100, n // 20)
     updated = make_rows(n, version=2)
-    say(f"part 1: {n:,} rows, flush/commit every {batch:,} rows, one connection, best of {repeats} rounds")
+    say(f"part 1: {n:,} rows, flush/commit every {batch:,} rows, one connection, {repeats} interleaved rounds")
     plan = [
         ("raw COPY (ceiling)", n, raw_copy, False, None),
         (KEYED_COPY, n, raw_copy, True, None),
@@ -153,19 +155,25 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
                 raw_copy()
             conn.execute("CHECKPOINT")
             rounds[label].append({**timed(label, count, action, conn, table), "keyed": key})
-    for label, runs in rounds.items():
+    for runs in rounds.values():
         best = dict(max(runs, key=lambda r: r["rows_per_s"]))
         best["all_rounds_rows_per_s"] = [r["rows_per_s"] for r in runs]
         results.append(best)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
     conn.close()
-    ceiling = results[0]["rows_per_s"]
-    keyed_ceiling = next(r["rows_per_s"] for r in results if r["name"] == KEYED_COPY)
+    # Ratios pair each writer with the ceiling timed in the same round and keep the median over
+    # rounds: on a shared machine the load moves between rounds, and a writer's best round and the
+    # ceiling's best round need not be the same moment.
+    copy_rounds = [r["rows_per_s"] for r in rounds[plan[0][0]]]
+    keyed_rounds = [r["rows_per_s"] for r in rounds[KEYED_COPY]]
     for r in results:
-        r["ratio_to_copy"] = round(r["rows_per_s"] / ceiling, 3)
+        mine = r["all_rounds_rows_per_s"]
+        r["ratio_to_copy"] = round(statistics.median(m / c for m, c in zip(mine, copy_rounds, strict=True)), 3)
+        r["ratio_to_copy_per_round"] = [round(m / c, 3) for m, c in zip(mine, copy_rounds, strict=True)]
         # Writes into the keyed table also pay for the primary-key index: compare them with a
         # COPY into that same table as well, not only with a COPY into an unindexed one.
-        r["ratio_to_keyed_copy"] = round(r["rows_per_s"] / keyed_ceiling, 3) if r["keyed"] else None
+        r["ratio_to_keyed_copy"] = (round(statistics.median(m / c for m, c in zip(mine, keyed_rounds, strict=True)), 3)
+                                    if r["keyed"] else None)
     return results
 
 
@@ -254,8 +262,8 @@ def rtm_run(spark, total: int, chunk: int, pause: float, sink: str, dsn: str, ta
     import psycopg
     from psycopg import sql
 
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
     from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
+    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
 
     source = RealTimeMemorySource(spark, "id BIGINT, version BIGINT, name STRING", num_partitions=1)
     if sink == "noop":
@@ -358,7 +366,8 @@ START, END = "<!-- generated:sink-benchmark -->", "<!-- /generated:sink-benchmar
 def render_markdown(report: dict[str, Any]) -> str:
     """The figures table for the reference (between its sink_benchmark markers)."""
     lines = ["| writer (one connection, commit every "
-             f"{report['args']['batch']:,} rows) | rows | rows/s | × raw `COPY` | × `COPY` into the keyed table |",
+             f"{report['args']['batch']:,} rows) | rows | best rows/s | × raw `COPY` (median) | "
+             "× `COPY` into the keyed table (median) |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for r in report["direct"]:
         keyed = r.get("ratio_to_keyed_copy")
@@ -454,11 +463,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=None, help="rows for part 1 (default 200,000; quick 5,000)")
     parser.add_argument("--batch", type=int, default=1000, help="rows per flush/commit (default 1,000)")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds of part 1, best kept (default 3; quick 1)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="rounds of part 1: best rows/s kept, ratios are medians of per-round ratios "
+                             "(default 5; quick 1)")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the speed")
     parser.add_argument("--no-spark", action="store_true", help="skip part 2")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $PG_DSN or a throwaway server)")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT), help="where to write the JSON results")
+    parser.add_argument("--note", default="2-core machine; local Postgres with default durability",
+                        help="how the machine was when measured (kept in the JSON's machine.note)")
     parser.add_argument("--update-reference", action="store_true",
                         help="also rewrite the figures table in references/lakebase-sink-python.md")
     args = parser.parse_args(argv)
@@ -476,15 +489,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         with psycopg.connect(dsn) as conn:
             server_version = conn.info.server_version
-        direct = bench_direct(dsn, rows, args.batch, args.repeats or (1 if args.quick else 3))
+        direct = bench_direct(dsn, rows, args.batch, args.repeats or (1 if args.quick else 5))
         spark = None if args.no_spark else bench_spark(dsn, args.quick, Path(workdir))
     report = {
         "script": "benchmarks/sink_benchmark.py",
-        "args": {"rows": rows, "batch": args.batch, "repeats": args.repeats or (1 if args.quick else 3),
+        "args": {"rows": rows, "batch": args.batch, "repeats": args.repeats or (1 if args.quick else 5),
                  "quick": args.quick, "spark": not args.no_spark},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "postgres_server_version": server_version,
-                    "note": "2-core machine; local Postgres with default durability"},
+                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+                    "note": args.note},
         "started_unix": int(started), "seconds": round(time.time() - started, 1),
         "direct": direct, "spark": spark, "targets": targets(direct, spark),
     }

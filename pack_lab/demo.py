@@ -1,57 +1,62 @@
-"""End-to-end demo: simulated upstream → real-time-mode query → idempotent foreach sink → Postgres.
+"""End-to-end demo: one workload, three ways into Postgres, verified and compared.
 
 Run it with ``bash scripts/demo.sh`` (or ``python -m pack_lab.demo --help``).
-It starts a local SparkSession sized for the query, a throwaway Postgres
-unless ``PG_DSN`` is set, and a real-time query (``trigger(realTime=...)``,
-update mode) that deduplicates the upstream's retried events and upserts
-them into a fresh table. The simulator feeds events at a set rate with a
-share of duplicates; progress is printed every second. At the end the demo
-checks the table holds exactly one row per distinct event sent — no row
-lost, none duplicated — prints the end-to-end latency (row handed to the
-source → row committed in Postgres) and exits non-zero if the check fails.
+A simulated upstream sends events (with a share of retried duplicates) at a
+set rate; a query deduplicates them and upserts them into a fresh table:
+
+1. ``rtm-jvm`` — real-time mode (``trigger(realTime=...)``) writing through the
+   JVM sink (``rtm_lakebase.jvm_sink``);
+2. ``rtm-python`` — real-time mode writing through the Python ``foreach`` sink;
+3. ``microbatch`` — micro-batch with a 0 s trigger and the Python sink.
+
+After each path the table must hold exactly one row per distinct event sent
+(0 missing, 0 duplicated). The demo prints live progress, then a side-by-side
+table of sink-visible latency (sent → visible in Postgres) and engine latency
+(sent → the row's per-row JVM clock inside the query), writes a JSON report
+and a latency chart, and names both on its last lines. Without a built JVM
+sink it runs the other two paths and says why.
+
+Every flag is checked before Spark or Postgres start; a bad ``PG_DSN`` stops
+it in one line. Nothing is left behind on any exit path, Ctrl-C and SIGTERM
+included: tables are dropped unless ``--keep-table``, checkpoints removed.
+Exit codes: 0 every path verified, 1 a path failed or its table does not
+match, 2 bad arguments or environment, 128+N stopped by signal N.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import logging
+import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Callable
+
+from pack_lab.demo_options import PATH_TITLES, DemoOptions, parse_args
+from pack_lab.demo_report import (CHART_NAME, REPORT_NAME, PathResult, format_notes,  # noqa: F401
+                                  format_table, overall_ok, write_chart, write_report)
+from pack_lab.interrupts import Interrupted, interrupts_raise, reclaim, shielded
 
 #: Exit codes: 0 all rows verified, 1 the run failed or the table does not match, 2 bad arguments/environment.
 EXIT_OK, EXIT_MISMATCH, EXIT_ENV = 0, 1, 2
 
+CHECKPOINT_PREFIX = "rtm-demo-checkpoint-"
+TABLE_PREFIX = "rtm_demo_"
 
-@dataclass(frozen=True)
-class DemoOptions:
-    rows: int = 20_000
-    rows_per_second: float = 2_000.0
-    keys: int = 500
-    duplicate_pct: float = 5.0
-    partitions: int = 2
-    pipeline: str = "dedup"          # "dedup" (stateful) or "passthrough" (stateless)
-    trigger: str = "5 seconds"
-    max_batch_rows: int = 1_000
-    max_dwell_ms: int = 100
-    timeout_s: float = 120.0
-    keep_table: bool = False
-    seed: int = 7
+Log = Callable[[str], None]
 
-    def __post_init__(self) -> None:
-        if self.rows < 1:
-            raise ValueError("--rows must be at least 1")
-        if self.pipeline not in ("dedup", "passthrough"):
-            raise ValueError("--pipeline must be 'dedup' or 'passthrough'")
-        if self.timeout_s <= 0:
-            raise ValueError("--timeout must be positive")
+
+class DemoEnvironmentError(RuntimeError):
+    """The environment cannot run the demo (Postgres, Spark, permissions); one line, no secret."""
 
 
 def demo_table_ddl(table: str):
-    """The demo's target table: one row per event, with Postgres' own commit clock."""
+    """The demo's target table: one row per event, with Postgres' own clock at insert."""
     from psycopg import sql
+
+    from pack_lab.sink_clock import WRITTEN_MS_COLUMN
 
     return sql.SQL("""
         CREATE TABLE {table} (
@@ -63,8 +68,7 @@ def demo_table_ddl(table: str):
             payload    text,
             seq        bigint NOT NULL,
             ingest_ms  bigint,
-            written_ms bigint NOT NULL
-                DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+            """ + WRITTEN_MS_COLUMN + """
         ) WITH (fillfactor = 90)
     """).format(table=sql.Identifier(table))
 
@@ -92,214 +96,410 @@ def make_writer(dsn: str, table: str, options: DemoOptions):
     return PostgresForeachWriter(dsn, settings)
 
 
-def wait_until_processing(query, timeout_s: float = 60.0) -> None:
-    """Block until the query's long batch is running, so start-up is not counted as latency."""
+# ------------------------------------------------------------------ the JVM sink
+
+
+def jvm_sink_jars() -> tuple[list[str], str | None]:
+    """``(jars, None)`` when the JVM sink is built and usable, else ``([], why not)``."""
+    try:
+        from rtm_lakebase import jvm_sink
+    except ImportError as exc:
+        return [], f"the JVM sink module is not available ({exc})"
+    try:
+        jars = list(jvm_sink.jvm_sink_jars())
+    except Exception as exc:  # not built (no javac), driver missing, ...
+        return [], _one_line(exc)
+    missing = [jar for jar in jars if not Path(jar).is_file()]
+    if missing:
+        return [], f"the JVM sink jar is missing: {missing[0]} (run bash scripts/setup.sh)"
+    return jars, None
+
+
+def jvm_dsn_problem(dsn: str) -> str | None:
+    """Why the JVM sink cannot use ``dsn`` (e.g. a Unix-socket host), or ``None``; never the secret."""
+    from rtm_lakebase.jvm_sink import jdbc_url
+
+    try:
+        jdbc_url(dsn)
+    except Exception as exc:  # ValueError for what JDBC cannot do; a settings error for a bad DSN
+        return f"the JVM sink cannot use PG_DSN: {_one_line(exc)}"
+    return None
+
+
+def session_has_jars(spark, jars: list[str]) -> bool:
+    """True when the running session was started with every one of ``jars`` on ``spark.jars``."""
+    loaded = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    names = {Path(item).name for item in loaded.split(",") if item}
+    return all(Path(jar).name in names for jar in jars)
+
+
+def start_query(path: str, events, dsn: str, table: str, checkpoint: str, options: DemoOptions):
+    """Start ``path``'s query on ``events`` into ``table``; return the ``StreamingQuery``."""
+    name = f"rtm_demo_{path.replace('-', '_')}"
+    if path == "rtm-jvm":
+        from rtm_lakebase.jvm_sink import start_jvm_sink_query
+
+        return start_jvm_sink_query(
+            events, dsn=dsn, table=table, upsertkey="event_id", mode="upsert",
+            version_column="seq", batchsize=options.max_batch_rows,
+            batchinterval_ms=options.max_dwell_ms, checkpoint_location=checkpoint,
+            trigger={"realTime": options.trigger}, query_name=name)
+    trigger = ({"realTime": options.trigger} if path == "rtm-python"
+               else {"processingTime": "0 seconds"})
+    return (events.writeStream
+            .queryName(name)
+            .foreach(make_writer(dsn, table, options))
+            .outputMode("update")
+            .trigger(**trigger)
+            .option("checkpointLocation", checkpoint)
+            .start())
+
+
+# ------------------------------------------------------------------ one path
+
+
+def wait_until_processing(query, real_time: bool, timeout_s: float = 60.0) -> None:
+    """Block until the query is running (RTM: its long batch), so start-up is not counted as latency."""
+    ready = {"Processing new data"} if real_time else {
+        "Processing new data", "Waiting for data to arrive", "Waiting for next trigger"}
     deadline = time.monotonic() + timeout_s
-    while query.status.get("message") != "Processing new data":
+    while query.status.get("message") not in ready:
         if not query.isActive:
-            raise RuntimeError(f"the streaming query stopped while starting: {query.exception()}")
+            raise RuntimeError(f"the streaming query stopped while starting: {_one_line(query.exception())}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the streaming query did not start within {timeout_s:.0f}s: "
-                               f"{query.status}")
+            raise RuntimeError(f"the streaming query did not start within {timeout_s:.0f}s")
         time.sleep(0.1)
     time.sleep(1.0)  # let the long batch's tasks get scheduled
 
 
-def latency_percentiles(conn, table: str) -> dict[str, float]:
-    """End-to-end latency (``written_ms - sent_ms``) percentiles computed by Postgres."""
+#: Warm-up rows (one per source partition, sent before the workload) carry this id prefix;
+#: every count, check and figure leaves them out.
+WARMUP_PREFIX = "warmup-"
+NOT_WARMUP = "event_id NOT LIKE 'warmup-%'"
+
+
+def warm_up(source, conn, table: str, partitions: int, timeout_s: float = 5.0) -> None:
+    """Send one row per partition and wait (up to ``timeout_s``) until they are in the table.
+
+    The first rows of a query pay for connections, class loading and task start-up;
+    the workload's figures should not. Under real-time mode a Python ``foreach`` sink
+    may hold them until the long batch ends: the wait is bounded and the demo goes on.
+    """
     from psycopg import sql
 
-    query = sql.SQL("""
-        SELECT percentile_cont(0.5)  WITHIN GROUP (ORDER BY written_ms - sent_ms),
-               percentile_cont(0.95) WITHIN GROUP (ORDER BY written_ms - sent_ms),
-               percentile_cont(0.99) WITHIN GROUP (ORDER BY written_ms - sent_ms),
-               max(written_ms - sent_ms)
-        FROM {table}
-    """).format(table=sql.Identifier(table))
-    p50, p95, p99, worst = conn.execute(query).fetchone()
-    return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": worst}
+    from pack_lab.latency_probe import now_ms
+
+    for partition in range(partitions):
+        source.add([{"event_id": f"{WARMUP_PREFIX}{partition}", "device_id": "warmup",
+                     "event_ms": now_ms(), "sent_ms": now_ms(), "value": 0.0, "payload": "",
+                     "seq": 0}], partition=partition)
+    deadline = time.monotonic() + timeout_s
+    query = sql.SQL("SELECT count(*) FROM {} WHERE NOT (" + NOT_WARMUP + ")").format(sql.Identifier(table))
+    while time.monotonic() < deadline and conn.execute(query).fetchone()[0] < partitions:
+        time.sleep(0.1)
 
 
 def count_rows(conn, table: str) -> int:
     from psycopg import sql
 
-    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0]
+    return conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE " + NOT_WARMUP).format(
+        sql.Identifier(table))).fetchone()[0]
 
 
 def stored_ids(conn, table: str) -> set[str]:
     from psycopg import sql
 
-    rows = conn.execute(sql.SQL("SELECT event_id FROM {}").format(sql.Identifier(table))).fetchall()
+    rows = conn.execute(sql.SQL("SELECT event_id FROM {} WHERE " + NOT_WARMUP).format(
+        sql.Identifier(table))).fetchall()
     return {row[0] for row in rows}
 
 
-@dataclass
-class DemoResult:
-    rows_sent: int
-    duplicates_sent: int
-    distinct_sent: int
-    rows_in_table: int
-    missing: int
-    unexpected: int
-    seconds: float
-    latency: dict[str, float]
+def duplicated_rows(conn, table: str) -> int:
+    """Rows beyond one per ``event_id`` (the primary key keeps it 0; checked, not assumed)."""
+    from psycopg import sql
 
-    @property
-    def ok(self) -> bool:
-        return self.missing == 0 and self.unexpected == 0 and self.rows_in_table == self.distinct_sent
+    query = sql.SQL("SELECT count(*) - count(DISTINCT event_id) FROM {} WHERE " + NOT_WARMUP).format(
+        sql.Identifier(table))
+    return int(conn.execute(query).fetchone()[0])
 
 
-def run_demo(options: DemoOptions, dsn: str, log: Callable[[str], None] = print) -> DemoResult:
-    """Run the whole pipeline against ``dsn``; return what was sent and what landed."""
+def latency_samples(conn, table: str) -> tuple[list[int], list[int], str]:
+    """Per-row sink-visible (visible − sent) and engine (ingest − sent) latencies in ms, and the clock used."""
+    from psycopg import sql
+
+    from pack_lab.sink_clock import visible_clock
+
+    clock, clock_name = visible_clock(conn)
+    query = sql.SQL("SELECT " + clock + " - sent_ms, ingest_ms - sent_ms FROM {} WHERE "
+                    + NOT_WARMUP).format(sql.Identifier(table))
+    rows = conn.execute(query).fetchall()
+    visible = [int(r[0]) for r in rows if r[0] is not None]
+    engine = [int(r[1]) for r in rows if r[1] is not None]
+    return visible, engine, clock_name
+
+
+def latency_summary(values: list[int]) -> dict[str, float]:
+    from pack_lab.latency_probe import summarize
+
+    summary = summarize(values)
+    return {k: summary[k] for k in ("count", "p50", "p95", "p99", "max") if k in summary}
+
+
+def _drop_table(dsn: str, table: str, log: Log) -> None:
     import psycopg
     from psycopg import sql
 
-    from pack_lab.rtm_lab import RealTimeMemorySource, build_session, local_cores
-    from rtm_lakebase.slot_math import check_local, stateful_query
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+    except Exception as exc:
+        log(f"[demo] could not drop table {table}: {type(exc).__name__}; drop it by hand")
+
+
+def run_path(spark, options: DemoOptions, dsn: str, path: str, log: Log = print) -> PathResult:
+    """Run the workload through ``path`` into a fresh table; verify it; drop the table unless kept."""
+    import psycopg
+
+    from pack_lab.rtm_lab import RealTimeMemorySource
     from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec
 
-    shuffle_partitions = 2
-    shape = stateful_query(source_tasks=options.partitions, shuffle_partitions=shuffle_partitions,
-                           exchanges=1 if options.pipeline == "dedup" else 0)
-    log(f"[demo] query needs {shape.required_slots} task slots ({options.partitions} source "
-        f"+ {sum(shape.shuffle_stages)} shuffle partitions)")
-    spark = build_session(cores=shape.required_slots, shuffle_partitions=shuffle_partitions,
-                          app_name="rtm-demo")
-    # getOrCreate may hand back a session that was already running: check its real slots.
-    local = check_local(shape, local_cores(spark))
-    if not local.fits:
-        raise RuntimeError(local.message)
+    result = PathResult(path=path, title=PATH_TITLES[path])
+    tag = f"[demo {path}]"
+    table = f"{TABLE_PREFIX}{int(time.time() * 1000)}_{path.replace('-', '_')}"
+    cleanup = contextlib.ExitStack()
+    try:
+        # Registered before the table exists, so an interrupt between the two cannot leak it.
+        if options.keep_table:
+            cleanup.callback(log, f"{tag} kept table {table}")
+        else:
+            cleanup.callback(_drop_table, dsn, table, log)
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as ddl:
+                ddl.execute(demo_table_ddl(table))
+        except psycopg.Error as exc:
+            raise DemoEnvironmentError(
+                f"cannot create the demo table in PG_DSN's database: {type(exc).__name__}"
+                f"{' (SQLSTATE ' + exc.sqlstate + ')' if getattr(exc, 'sqlstate', None) else ''}; "
+                "the user needs CREATE on the current schema") from None
+        log(f"{tag} {result.title}: table {table}")
+        checkpoint = tempfile.mkdtemp(prefix=CHECKPOINT_PREFIX)
+        cleanup.callback(shutil.rmtree, checkpoint, True)
 
-    table = f"rtm_demo_{int(time.time())}"
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(demo_table_ddl(table))
-        log(f"[demo] created table {table}")
+        conn = cleanup.enter_context(psycopg.connect(dsn, autocommit=True, connect_timeout=10))
         source = RealTimeMemorySource(spark, EVENT_SCHEMA_DDL, num_partitions=options.partitions)
         events = build_pipeline(source.dataframe(), options.pipeline)
-        checkpoint = tempfile.mkdtemp(prefix="rtm-demo-checkpoint-")
-        writer = make_writer(dsn, table, options)
-        query = (events.writeStream
-                 .queryName("rtm_demo")
-                 .foreach(writer)
-                 .outputMode("update")
-                 .trigger(realTime=options.trigger)
-                 .option("checkpointLocation", checkpoint)
-                 .start())
+        query = start_query(path, events, dsn, table, checkpoint, options)
+        cleanup.callback(_stop_query, query)
         spec = UpstreamSpec(rows_per_second=options.rows_per_second, total_rows=options.rows,
                             num_keys=options.keys, duplicate_pct=options.duplicate_pct,
                             num_partitions=options.partitions, seed=options.seed)
         feeder = UpstreamFeeder(source, spec, keep_rows=True)
+        cleanup.callback(_stop_feeder, feeder)
+        wait_until_processing(query, real_time=path != "microbatch")
+        warm_up(source, conn, table, options.partitions)
         started = time.monotonic()
-        try:
-            wait_until_processing(query)
-            started = time.monotonic()
-            feeder.start()
-            expected_total = spec.row_limit or 0
-            next_log = 0.0
-            while True:
-                elapsed = time.monotonic() - started
-                stats = feeder.stats()
-                in_table = count_rows(conn, table)
-                if elapsed >= next_log:
-                    log(f"[demo] {elapsed:5.1f}s sent={stats.rows_sent}/{expected_total} "
-                        f"dups={stats.duplicates_sent} in_table={in_table}")
-                    next_log = elapsed + 1.0
-                if not query.isActive:
-                    raise RuntimeError(f"the streaming query stopped: {query.exception()}")
-                if feeder.error is not None:
-                    raise RuntimeError(f"the upstream simulator failed: {feeder.error!r}")
-                if stats.done and in_table >= stats.distinct_events:
-                    break
-                if elapsed > options.timeout_s:
-                    log(f"[demo] timed out after {options.timeout_s:.0f}s with {in_table} of "
-                        f"{stats.distinct_events} rows in the table")
-                    break
-                time.sleep(0.2)
-            seconds = time.monotonic() - started
-        finally:
-            feeder.stop()
-            feeder.join(raise_error=False)
-            query.stop()
+        feeder.start()
+        expected_total = spec.row_limit or 0
+        next_log = 0.0
+        while True:
+            elapsed = time.monotonic() - started
+            stats = feeder.stats()
+            in_table = count_rows(conn, table)
+            if elapsed >= next_log:
+                log(f"{tag} {elapsed:5.1f}s sent={stats.rows_sent}/{expected_total} "
+                    f"dups={stats.duplicates_sent} in_table={in_table}")
+                next_log = elapsed + 1.0
+            if not query.isActive:
+                raise RuntimeError(f"the streaming query stopped: {_one_line(query.exception())}")
+            if feeder.error is not None:
+                raise RuntimeError(f"the upstream simulator failed: {feeder.error!r}")
+            if stats.done and in_table >= stats.distinct_events:
+                break
+            if elapsed > options.timeout_s:
+                log(f"{tag} timed out after {options.timeout_s:.0f}s with {in_table} of "
+                    f"{stats.distinct_events} rows in the table")
+                break
+            time.sleep(0.2)
+        result.seconds = time.monotonic() - started
+        _stop_feeder(feeder)
+        _stop_query(query)
         stats = feeder.stats()
         sent_ids = {row["event_id"] for row in feeder.sent_rows}
         landed = stored_ids(conn, table)
-        result = DemoResult(
-            rows_sent=stats.rows_sent, duplicates_sent=stats.duplicates_sent,
-            distinct_sent=len(sent_ids), rows_in_table=len(landed),
-            missing=len(sent_ids - landed), unexpected=len(landed - sent_ids),
-            seconds=seconds, latency=latency_percentiles(conn, table) if landed else {},
-        )
-        if not options.keep_table:
-            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
-        else:
-            log(f"[demo] kept table {table}")
+        visible, engine, clock = latency_samples(conn, table)
+        result.rows_sent, result.duplicates_sent = stats.rows_sent, stats.duplicates_sent
+        result.distinct_sent, result.rows_in_table = len(sent_ids), count_rows(conn, table)
+        result.missing, result.unexpected = len(sent_ids - landed), len(landed - sent_ids)
+        result.duplicated = duplicated_rows(conn, table)
+        result.latency, result.engine, result.clock = latency_summary(visible), latency_summary(engine), clock
+    finally:
+        with shielded(log):  # a second Ctrl-C waits until the tables and folders are gone
+            cleanup.close()
+    log(f"{tag} {'verified' if result.ok else 'MISMATCH'}: {result.rows_in_table} rows for "
+        f"{result.distinct_sent} distinct events, {result.missing} missing, "
+        f"{result.duplicated} duplicated")
     return result
 
 
-def format_result(result: DemoResult) -> str:
-    lat = result.latency
-    lines = [
-        f"sent {result.rows_sent} rows ({result.duplicates_sent} duplicates, "
-        f"{result.distinct_sent} distinct events) in {result.seconds:.1f}s",
-        f"table holds {result.rows_in_table} rows: {result.missing} missing, "
-        f"{result.unexpected} unexpected",
-    ]
-    if lat:
-        lines.append("end-to-end latency (sent → committed in Postgres): "
-                     f"p50 {lat['p50_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms, "
-                     f"p99 {lat['p99_ms']:.0f} ms, max {lat['max_ms']:.0f} ms")
-    lines.append("RESULT: OK — every distinct event landed exactly once" if result.ok
-                 else "RESULT: FAILED — the table does not match what was sent")
-    return "\n".join(lines)
+def _stop_query(query) -> None:
+    with contextlib.suppress(Exception):
+        if query.isActive:
+            query.stop()
 
 
-def parse_args(argv: list[str] | None) -> DemoOptions:
-    defaults = DemoOptions()
-    parser = argparse.ArgumentParser(prog="pack_lab.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=defaults.rows, help="rows the upstream sends")
-    parser.add_argument("--rate", type=float, default=defaults.rows_per_second, help="rows per second")
-    parser.add_argument("--keys", type=int, default=defaults.keys, help="distinct devices")
-    parser.add_argument("--duplicate-pct", type=float, default=defaults.duplicate_pct,
-                        help="share of rows that are upstream retries")
-    parser.add_argument("--partitions", type=int, default=defaults.partitions,
-                        help="source partitions")
-    parser.add_argument("--pipeline", choices=("dedup", "passthrough"), default=defaults.pipeline)
-    parser.add_argument("--trigger", default=defaults.trigger,
-                        help="real-time trigger duration (checkpoint interval, >= 5 seconds)")
-    parser.add_argument("--max-batch-rows", type=int, default=defaults.max_batch_rows)
-    parser.add_argument("--max-dwell-ms", type=int, default=defaults.max_dwell_ms)
-    parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds")
-    parser.add_argument("--keep-table", action="store_true", help="leave the demo table in place")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    args = parser.parse_args(argv)
-    try:
-        return DemoOptions(rows=args.rows, rows_per_second=args.rate, keys=args.keys,
-                           duplicate_pct=args.duplicate_pct, partitions=args.partitions,
-                           pipeline=args.pipeline, trigger=args.trigger,
-                           max_batch_rows=args.max_batch_rows, max_dwell_ms=args.max_dwell_ms,
-                           timeout_s=args.timeout, keep_table=args.keep_table, seed=args.seed)
-    except ValueError as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
+def _stop_feeder(feeder) -> None:
+    feeder.stop()
+    feeder.join(raise_error=False)
+
+
+def _one_line(value: object) -> str:
+    text = str(value).strip() or type(value).__name__
+    return text.splitlines()[0][:300]
+
+
+# ------------------------------------------------------------------ the whole run
+
+
+#: The session start_session() started in this process (stop_spark() stops it).
+_started: list = []
+
+
+def start_session(options: DemoOptions, jars: list[str], log: Log = print):
+    """The local session sized for the query (and carrying the JVM sink jar when there is one)."""
+    from pack_lab.rtm_lab import build_session, local_cores
+    from rtm_lakebase.slot_math import check_local, stateful_query
+
+    shape = stateful_query(source_tasks=options.partitions,
+                           shuffle_partitions=options.shuffle_partitions or 1,
+                           exchanges=1 if options.pipeline == "dedup" else 0)
+    log(f"[demo] the query needs {shape.required_slots} task slots ({options.partitions} source "
+        f"+ {sum(shape.shuffle_stages)} shuffle partitions); starting Spark")
+    from pyspark.sql import SparkSession
+
+    already_running = SparkSession.getActiveSession() is not None
+    spark = build_session(cores=shape.required_slots, shuffle_partitions=options.shuffle_partitions or 1,
+                          app_name="rtm-demo", jars=jars or None)
+    reclaim()  # PySpark replaced the SIGINT handler; Ctrl-C must clean up like SIGTERM does
+    if not already_running:
+        _started.append(spark)
+    # Stopping a query aborts its tasks, which Spark logs as errors with stack traces; the demo
+    # reports failures itself (query.exception()), so keep the terminal to its own lines.
+    if not already_running:
+        spark.sparkContext.setLogLevel("OFF")
+    # getOrCreate may hand back a session that was already running: check its real slots.
+    local = check_local(shape, local_cores(spark))
+    if not local.fits:
+        raise RuntimeError(local.message)
+    return spark
+
+
+def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> list[PathResult]:
+    """Run every selected path against ``dsn``, one after the other; return their results."""
+    jars, why_not = jvm_sink_jars() if "rtm-jvm" in options.paths else ([], None)
+    if spark is None:
+        spark = start_session(options, jars, log)
+    else:
+        from pack_lab.rtm_lab import local_cores
+        from rtm_lakebase.slot_math import check_local, stateful_query
+
+        shape = stateful_query(source_tasks=options.partitions,
+                               shuffle_partitions=options.shuffle_partitions or 1,
+                               exchanges=1 if options.pipeline == "dedup" else 0)
+        local = check_local(shape, local_cores(spark))
+        if not local.fits:
+            raise RuntimeError(local.message)
+    if jars and not session_has_jars(spark, jars):
+        jars, why_not = [], "the running SparkSession was started without the JVM sink jar"
+    if jars:
+        why_not = jvm_dsn_problem(dsn)
+        jars = [] if why_not else jars
+    results = []
+    for path in options.paths:
+        if path == "rtm-jvm" and not jars:
+            log(f"[demo {path}] skipped: {why_not}")
+            results.append(PathResult(path=path, title=PATH_TITLES[path], skipped=why_not))
+            continue
+        try:
+            results.append(run_path(spark, options, dsn, path, log))
+        except DemoEnvironmentError:
+            raise
+        except Exception as exc:  # the query died, the simulator failed: report, go on
+            log(f"[demo {path}] failed: {_one_line(exc)}")
+            results.append(PathResult(path=path, title=PATH_TITLES[path], error=_one_line(exc)))
+    return results
+
+
+def stop_spark() -> None:
+    """Stop the session :func:`start_session` started, if any (Spark removes its temporary folders).
+
+    A session the caller passed in (e.g. the test suite's) is never stopped here.
+    """
+    session = _started.pop() if _started else None
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pack_lab.local_postgres import PostgresUnavailable, postgres_dsn
-    from pack_lab.rtm_lab import RealTimeModeUnavailable
-
-    options = parse_args(argv)
+    options = parse_args(argv)  # exits 2 with one line on a bad flag, before anything starts
+    # A signal that lands inside a py4j call breaks that call's socket;
+    # py4j (and PySpark through the root logger) then logs the broken connection with a stack
+    # trace. The demo reports what happened in one line itself.
+    loggers = [logging.getLogger(name) for name in ("py4j", "")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
-        with contextlib.ExitStack() as stack:
-            dsn = stack.enter_context(postgres_dsn())
-            result = run_demo(options, dsn)
-    except (PostgresUnavailable, RealTimeModeUnavailable) as exc:
-        print(f"[demo] cannot run: {exc}", file=sys.stderr)
+        return _run(options)
+    finally:  # in-process callers (tests) get their logging back
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _run(options: DemoOptions) -> int:
+    from pack_lab.local_postgres import PostgresUnavailable, postgres_dsn
+    from pack_lab.pg_preflight import PostgresCheckFailed, check_postgres
+    from pack_lab.rtm_lab import RealTimeModeUnavailable
+    from pack_lab.sink_clock import SERVER_SETTINGS
+
+    def err(message: str) -> None:
+        print(f"[demo] {message}", file=sys.stderr, flush=True)
+
+    try:
+        with interrupts_raise():
+            stack = contextlib.ExitStack()
+            try:
+                dsn = stack.enter_context(postgres_dsn(settings=SERVER_SETTINGS))
+                stack.callback(stop_spark)
+                check_postgres(dsn, can_create=True)
+                results = run_demo(options, dsn, log=lambda line: print(line, flush=True))
+            finally:
+                with shielded(err):  # Spark and the throwaway Postgres go, even on a second Ctrl-C
+                    stack.close()
+    except KeyboardInterrupt as exc:  # Interrupted, or PySpark's own SIGINT handler once Spark runs
+        name, code = (str(exc), exc.exit_code) if isinstance(exc, Interrupted) else ("SIGINT", 130)
+        err(f"stopped by {name}; cleaned up (tables dropped unless --keep-table, checkpoints removed)")
+        return code
+    except (PostgresCheckFailed, PostgresUnavailable, RealTimeModeUnavailable,
+            DemoEnvironmentError) as exc:
+        err(f"cannot run: {_one_line(exc)}")
         return EXIT_ENV
-    except RuntimeError as exc:  # too few slots, the query died, the simulator failed
-        print(f"[demo] failed: {exc}", file=sys.stderr)
+    except RuntimeError as exc:  # too few slots, Spark failed to start
+        err(f"failed: {_one_line(exc)}")
         return EXIT_MISMATCH
-    print(format_result(result))
-    return EXIT_OK if result.ok else EXIT_MISMATCH
+    out_dir = Path(options.output_dir)
+    print()
+    print(format_table(results))
+    for note in format_notes(results):
+        print(note)
+    ok = overall_ok(results)
+    print("RESULT: OK — every distinct event landed exactly once on every path that ran" if ok
+          else "RESULT: FAILED — see the table above")
+    report = write_report(results, options, out_dir)
+    chart, why_not = write_chart(report, out_dir)
+    print(f"report: {report}")
+    print(f"chart:  {chart}" if chart else f"chart:  {why_not}")
+    return EXIT_OK if ok else EXIT_MISMATCH
 
 
 if __name__ == "__main__":

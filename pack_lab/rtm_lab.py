@@ -56,6 +56,8 @@ class LabConfig:
     driver_memory: str = "2g"
     ui: bool = False
     extra_conf: Mapping[str, str] | None = None
+    #: Jars on the session's classpath from the start (``spark.jars``), e.g. ``jvm_sink_jars()``.
+    jars: Sequence[str] | None = None
 
 
 def spark_version_tuple(version: str) -> tuple[int, int]:
@@ -105,14 +107,21 @@ def session_conf(config: LabConfig) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+    if config.jars:
+        conf["spark.jars"] = ",".join(str(j) for j in config.jars)
     conf.update(dict(config.extra_conf or {}))
     return conf
 
 
-def build_session(cores: int = 4, shuffle_partitions: int = 2, **kwargs: Any) -> "SparkSession":
-    """Start (or return the running) local SparkSession set up for RTM."""
+def build_session(cores: int = 4, shuffle_partitions: int = 2, jars: Sequence[str] | None = None,
+                  **kwargs: Any) -> "SparkSession":
+    """Start (or return the running) local SparkSession set up for RTM.
+
+    ``jars`` go on ``spark.jars`` (e.g. ``rtm_lakebase.jvm_sink.jvm_sink_jars()``); they only
+    take effect when this call starts the session, not on one already running.
+    """
     check_spark_version()
-    config = LabConfig(cores=cores, shuffle_partitions=shuffle_partitions, **kwargs)
+    config = LabConfig(cores=cores, shuffle_partitions=shuffle_partitions, jars=jars, **kwargs)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

@@ -18,8 +18,8 @@ would silently truncate, while the assignment into the column raises.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import psycopg
 from psycopg import sql
@@ -41,8 +41,63 @@ class TableNotFound(LookupError):
 
 
 def table_identifier(table: str, schema: str | None = None) -> sql.Identifier:
-    """``schema.table`` as a quoted identifier; ``table`` is one name, never split on dots."""
+    """``schema.table`` as a quoted identifier; both are exact names (see :func:`split_table_name`)."""
     return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+
+
+_UNQUOTED = re.compile(r"[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def split_table_name(name: str) -> tuple[str | None, str]:
+    """``"table"``, ``"schema.table"`` → ``(schema or None, table)``, read as SQL reads a table name.
+
+    The way the native sink's ``dbtable`` option is written: an unquoted part
+    is folded to lower case as Postgres folds it (``Sales.Orders`` is
+    ``sales.orders``); a double-quoted part is taken exactly, dots and all
+    (``"Sales"."Order.Lines"``; ``""`` inside quotes is one ``"``). Anything
+    else (three parts, an empty part, a space or quote in an unquoted part)
+    raises ``ValueError`` saying why.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("table must be a non-empty name")
+    parts: list[str] = []
+    i, n = 0, len(name)
+    while True:
+        if i < n and name[i] == '"':
+            j, chars = i + 1, []
+            while True:
+                k = name.find('"', j)
+                if k < 0:
+                    raise ValueError(f"table {name!r}: a double quote is not closed")
+                chars.append(name[j:k])
+                if name.startswith('"', k + 1):  # "" is one quote
+                    chars.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            part = "".join(chars)
+            if not part:
+                raise ValueError(f"table {name!r}: a quoted name is empty")
+        else:
+            match = _UNQUOTED.match(name, i)
+            if not match:
+                raise ValueError(
+                    f"table {name!r}: expected a name at position {i}; quote a name that has spaces, dots, "
+                    'quotes or other punctuation as in SQL ("my table"), or pass schema= and an exact table=')
+            part = match.group().translate(_ASCII_LOWER)
+            i = match.end()
+        parts.append(part)
+        if i == n:
+            break
+        if name[i] != ".":
+            raise ValueError(f"table {name!r}: unexpected {name[i]!r} at position {i}; quote a name that "
+                             'has it as in SQL ("my table"), or pass schema= and an exact table=')
+        i += 1
+    if len(parts) > 2:
+        raise ValueError(f"table {name!r}: at most schema.table (a database cannot be named here: connect to it)")
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
 
 
 _COLUMNS_QUERY = """
@@ -69,8 +124,9 @@ def fetch_columns(conn: psycopg.Connection, table: str, schema: str | None = Non
     if not rows:
         where = f"{schema}.{table}" if schema else f"{table} (in the current schema)"
         raise TableNotFound(
-            f"table {where!r} not found; create it first (see create_table_sql), and pass a "
-            "schema-qualified table as schema=…, table=… (a dot in table is part of the name)")
+            f"table {where!r} not found; create it first (see create_table_sql). table='schema.table' is "
+            "read as SQL reads it (unquoted names in lower case, \"Quoted\" names exactly); with schema= "
+            "set, table is the exact name")
     return {r[0]: ColumnInfo(r[0], r[1], r[2], bool(r[3]), bool(r[4])) for r in rows}
 
 

@@ -13,7 +13,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-
 def nearest_rank(values, q: float) -> float:
     """Nearest-rank percentile: the smallest value with at least ``q`` % of values at or below it."""
     if not values:
@@ -43,8 +42,9 @@ class SinkMetrics:
     rows_skipped_unchanged: int = 0
     flushes: int = 0
     timer_flushes: int = 0
-    retries: int = 0
+    retries: int = 0            # connection lost: reconnected and retried
     reconnects: int = 0
+    conflict_retries: int = 0   # deadlock / serialization failure / lock timeout: retried
     window: int = 10_000
     flush_ms: deque = field(default_factory=deque)
 
@@ -76,6 +76,7 @@ class SinkMetrics:
             "timer_flushes": self.timer_flushes,
             "retries": self.retries,
             "reconnects": self.reconnects,
+            "conflict_retries": self.conflict_retries,
             "flush_ms_p50": self.flush_percentile(50),
             "flush_ms_p95": self.flush_percentile(95),
             "flush_ms_p99": self.flush_percentile(99),

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _PUBLISHED = (
     "references/*.md",
     "rtm_lakebase/*.py",
+    "rtm_lakebase/jvm/*.java",
     "pack_lab/*.py",
     "examples/*.py",
     "benchmarks/*.py",

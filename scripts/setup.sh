@@ -46,6 +46,7 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
   echo "$stamp_py" > .venv/.setup-stamp
 fi
 
+source "$PACK_ROOT/scripts/build_jvm_sink.sh"  # the JVM sink jar and the Postgres JDBC driver
 source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's browser test (installed in CI)
 
 # --- Node tools (markdownlint) ---------------------------------------------------

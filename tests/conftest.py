@@ -32,9 +32,14 @@ SHUFFLE_PARTITIONS = 2
 @pytest.fixture(scope="session")
 def spark():
     from pack_lab.rtm_lab import build_session
+    from rtm_lakebase.jvm_sink import JvmSinkUnavailable, jvm_sink_jars
 
+    try:  # the JVM sink's jars, when built (scripts/setup.sh builds them where javac exists)
+        jars = jvm_sink_jars()
+    except JvmSinkUnavailable:
+        jars = None
     session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
-                            app_name="rtm-pack-tests")
+                            app_name="rtm-pack-tests", jars=jars)
     yield session
     for query in session.streams.active:
         query.stop()

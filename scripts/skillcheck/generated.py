@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -57,13 +57,12 @@ GENERATORS: dict[str, Generator] = {
                                  "benchmarks/results/foreach_latency.json"),
     "sink-benchmark": Generator("benchmarks/sink_benchmark.py", "render_markdown",
                                 "benchmarks/results/sink_benchmark.json"),
+    "rate-sweep": Generator("benchmarks/rate_sweep.py", "markdown_table", "benchmarks/results/rate_sweep.json"),
     "support-matrix": Generator("pack_lab/support_matrix.py", "markdown_block",
                                 "tests/data/support_matrix_results.json"),
 }
 
 MARKER_RE = re.compile(r"^[ \t]{0,3}<!--[ \t]*(?P<end>/)?generated:(?P<name>[^\s>]*)[ \t]*-->[ \t]*$")
-#: Largest JSON source a generator is given (bytes); larger is GEN003.
-MAX_SOURCE_BYTES = 8 * 1024 * 1024
 
 
 def start_marker(name: str) -> str:
@@ -134,15 +133,13 @@ class Renderer:
         return self._cache[name]
 
     def _render(self, gen: Generator) -> tuple[str | None, str | None]:
-        source = self.root / gen.source
-        try:
-            if not source.is_file():
-                return None, f"source {gen.source} not found"
-            if source.stat().st_size > MAX_SOURCE_BYTES:
-                return None, f"source {gen.source} is larger than {MAX_SOURCE_BYTES} bytes"
-            data = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            return None, f"source {gen.source} is not readable JSON: {type(exc).__name__}: {_one_line(exc)}"
+        from .readfile import load_json
+
+        if not os.path.lexists(self.root / gen.source):
+            return None, f"source {gen.source} not found"
+        data, _, problem = load_json(self.root, gen.source, "GEN003")
+        if problem:
+            return None, f"source {gen.source}: {problem.message}"
         try:
             func = getattr(_load_module(self.root, gen.module), gen.function, None)
             if not callable(func):

@@ -13,6 +13,9 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_FINDINGS_PER_FILE = 50
 #: Deepest nesting accepted in YAML front matter and JSON files (lists/mappings inside each other).
 MAX_NESTING = 64
+#: Most emphasis markers ('*' and '_') per Markdown file parsed as emphasis; more is PACK004 (the largest
+#: reference has ~500; markdown-it-py 3.0 needs memory quadratic in them within one paragraph).
+MAX_EMPHASIS_MARKERS = 5_000
 #: Most headings per Markdown file whose anchors are computed; more is PACK004.
 MAX_HEADINGS = 2_000
 #: Largest SKILL.md front matter (bytes); the Agent Skills fields fit in far less.
@@ -21,6 +24,7 @@ MAX_FRONT_MATTER_BYTES = 64 * 1024
 
 def describe() -> str:
     return (f"Limits: files over {MAX_FILE_BYTES:,} bytes are not scanned (PACK004); "
+            f"files with more than {MAX_EMPHASIS_MARKERS:,} '*'/'_' are read without emphasis (PACK004); "
             f"files with more than {MAX_HEADINGS:,} headings get anchors for the first {MAX_HEADINGS:,} only (PACK004); "
             f"at most {MAX_FINDINGS_PER_FILE} findings are shown per file, the rest counted in one PACK005; "
             f"YAML/JSON nesting deeper than {MAX_NESTING} levels and front matter over "

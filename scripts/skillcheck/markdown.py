@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from .limits import MAX_EMPHASIS_MARKERS
+
 COMMENT_RE = re.compile(r"^\s*<!--(?P<body>.*?)-->\s*$", re.S)
 HTML_ID_RE = re.compile(r"<a\s[^>]*?(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
 INLINE_CODE_RE = re.compile(r"(`+)(?:(?!\1).)+?\1")
@@ -32,6 +34,9 @@ INLINE_CODE_RE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 LINK_RE = re.compile(r"(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*(?P<target><[^>]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
 
 _MD = MarkdownIt("commonmark").enable("table")
+#: For documents with more than MAX_EMPHASIS_MARKERS '*'/'_': markdown-it-py 3.0 (the version mkdocs-llmstxt
+#: allows) needs memory quadratic in the emphasis delimiters of one paragraph (16,000 take ~750 MB).
+_MD_NO_EMPHASIS = MarkdownIt("commonmark").enable("table").disable("emphasis")
 #: A CommonMark backslash escape: backslash + ASCII punctuation.
 _ESCAPE_RE = re.compile(r"\\([!-/:-@\[-`{-~])")
 
@@ -112,6 +117,7 @@ class Document:
     second_block: tuple[str, int] | None = None  # (type, 1-based line) of the block after it
     code_lines: set[int] = field(default_factory=set)
     tables: list[Table] = field(default_factory=list)
+    degraded: str = ""  # why part of the syntax was not parsed (a limit was hit), or ""
 
     @property
     def body_start(self) -> int:
@@ -170,7 +176,9 @@ def parse(path: str, text: str) -> Document:
     fm = find_front_matter(lines)
     body_lines = ([""] * fm[1] + lines[fm[1]:]) if fm else lines
     env: dict = {}
-    tokens = _MD.parse("\n".join(body_lines) + "\n", env)
+    markers = text.count("*") + text.count("_")
+    parser = _MD if markers <= MAX_EMPHASIS_MARKERS else _MD_NO_EMPHASIS
+    tokens = parser.parse("\n".join(body_lines) + "\n", env)
 
     blocks: list[Block] = []
     headings: list[Heading] = []
@@ -274,8 +282,10 @@ def parse(path: str, text: str) -> Document:
 
     first = block_order[0][0] if block_order else None
     second = block_order[1] if len(block_order) > 1 else None
+    degraded = "" if parser is _MD else (f"{markers:,} emphasis markers ('*', '_'), over the limit of "
+                                         f"{MAX_EMPHASIS_MARKERS:,}: emphasis was not parsed")
     return Document(path, text, lines, fm, blocks, headings, links, paragraphs, html_ids, comments,
-                    sorted(set(unclosed)), first, second, code_lines, tables)
+                    sorted(set(unclosed)), first, second, code_lines, tables, degraded)
 
 
 def _cell(token: Token) -> Cell:

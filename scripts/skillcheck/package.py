@@ -31,6 +31,7 @@ from pathlib import Path
 from .findings import Finding
 from .links import SCHEME_RE, check_links
 from .markdown import parse
+from .readfile import read_bytes_checked, read_text_checked, safe_exists
 
 #: What the installed skill holds: single files and folders (with the suffixes kept from each).
 INSTALL_FILES = ("SKILL.md", "agents/openai.yaml")
@@ -49,10 +50,10 @@ class PackageError(Exception):
 def read_settings(root: Path) -> tuple[str, str, str | None]:
     """(install-name, version, repository URL or None) from pyproject.toml."""
     try:
-        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        data = tomllib.loads(read_text_checked(root, "pyproject.toml"))
     except FileNotFoundError:
         raise PackageError("pyproject.toml not found at the pack root") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError) as exc:
         raise PackageError(f"pyproject.toml unreadable: {exc}") from None
     name = data.get("tool", {}).get("skill", {}).get("install-name")
     if not isinstance(name, str) or not name:
@@ -64,14 +65,14 @@ def read_settings(root: Path) -> tuple[str, str, str | None]:
 
 def install_files(root: Path) -> list[str]:
     """Root-relative paths of every file the installed skill holds, sorted."""
-    out = [rel for rel in INSTALL_FILES if (root / rel).is_file()]
+    out = [rel for rel in INSTALL_FILES if os.path.lexists(root / rel)]
     for folder, suffixes in INSTALL_DIRS:
         base = root / folder
         if not base.is_dir():
             continue
         for p in base.rglob("*"):
             rel = p.relative_to(root).as_posix()
-            if p.is_file() and p.suffix in suffixes and "__pycache__" not in rel.split("/"):
+            if (not p.is_dir() or p.is_symlink()) and p.suffix in suffixes and "__pycache__" not in rel.split("/"):
                 out.append(rel)
     return sorted(out)
 
@@ -89,7 +90,7 @@ def _leaving_targets(rel: str, text: str, members: set[str], root: Path) -> list
         path_part = target.partition("#")[0].split("?")[0]
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), path_part))
         inside = resolved in members or any(m.startswith(resolved + "/") for m in members)
-        if not inside and not resolved.startswith("..") and (root / resolved).exists():
+        if not inside and not resolved.startswith("..") and safe_exists(root / resolved):
             out.append((target, resolved))
     return out
 
@@ -116,12 +117,15 @@ def _write_tree(root: Path, dest: Path, repo_url: str | None) -> list[str]:
         target.parent.mkdir(parents=True, exist_ok=True)
         if rel.endswith(".md"):
             try:
-                text = (root / rel).read_text(encoding="utf-8")
+                text = read_text_checked(root, rel)
             except (OSError, UnicodeDecodeError) as exc:
                 raise PackageError(f"{rel}: cannot read: {exc}", rel) from None
             target.write_text(rewrite_links(rel, text, members, repo_url, root), encoding="utf-8")
         else:
-            shutil.copyfile(root / rel, target)
+            try:
+                target.write_bytes(read_bytes_checked(root, rel))
+            except OSError as exc:
+                raise PackageError(f"{rel}: cannot read: {exc}", rel) from None
     return files
 
 
@@ -200,7 +204,7 @@ def check_pack_package(root: Path) -> list[Finding]:
     source_broken = set()
     for rel in {f.path for f in found}:
         try:
-            doc = parse(rel, (root / rel).read_text(encoding="utf-8"))
+            doc = parse(rel, read_text_checked(root, rel))
         except (OSError, UnicodeDecodeError):
             continue
         source_broken |= {(f.path, f.line, f.message) for f in check_links(doc, root, lambda r: _load_doc(root, r))}
@@ -210,6 +214,6 @@ def check_pack_package(root: Path) -> list[Finding]:
 
 def _load_doc(root: Path, rel: str):
     try:
-        return parse(rel, (root / rel).read_text(encoding="utf-8"))
+        return parse(rel, read_text_checked(root, rel))
     except (OSError, UnicodeDecodeError):
         return None

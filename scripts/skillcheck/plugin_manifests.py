@@ -24,8 +24,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .findings import Finding
-from .frontmatter import parse_front_matter
+from .frontmatter import _yaml_shape_problem, parse_front_matter
+from .limits import MAX_NESTING
 from .markdown import parse
+from .readfile import nesting_depth, read_text_checked, safe_exists
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,18 @@ def _line_of(text: str, needle: str) -> int:
 
 def _load(root: Path, rel: str) -> tuple[Any, str, Finding | None]:
     try:
-        text = (root / rel).read_text(encoding="utf-8")
+        text = read_text_checked(root, rel)
     except (OSError, UnicodeDecodeError) as exc:
         return None, "", Finding(rel, 1, 1, "PLUG001", f"cannot read manifest: {exc}")
     try:
+        shape = _yaml_shape_problem(text) if rel.endswith((".yaml", ".yml")) else None
+        if shape:
+            return None, text, Finding(rel, 1, 1, "PLUG001", f"YAML refused: {shape}")
         data = yaml.safe_load(text) if rel.endswith((".yaml", ".yml")) else json.loads(text)
+        if nesting_depth(data, MAX_NESTING) > MAX_NESTING:
+            return None, text, Finding(rel, 1, 1, "PLUG001", f"nested deeper than {MAX_NESTING} levels")
+    except (RecursionError, MemoryError) as exc:
+        return None, text, Finding(rel, 1, 1, "PLUG001", f"nested too deeply to read ({type(exc).__name__})")
     except json.JSONDecodeError as exc:
         return None, text, Finding(rel, exc.lineno, exc.colno, "PLUG001", f"invalid JSON: {exc.msg}")
     except yaml.YAMLError as exc:
@@ -74,18 +83,18 @@ def _load(root: Path, rel: str) -> tuple[Any, str, Finding | None]:
 
 def _schema(root: Path, rel: str, owner: str) -> tuple[Draft202012Validator | None, Finding | None]:
     try:
-        schema = json.loads((root / rel).read_text(encoding="utf-8"))
+        schema = json.loads(read_text_checked(root, rel))
         Draft202012Validator.check_schema(schema)
     except FileNotFoundError:
         return None, Finding(owner, 1, 1, "PLUG001", f"its schema {rel} is missing")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SchemaError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SchemaError, RecursionError, MemoryError) as exc:
         return None, Finding(rel, 1, 1, "PLUG001", f"not a valid draft 2020-12 schema: {getattr(exc, 'message', exc)}")
     return Draft202012Validator(schema), None
 
 
 def skill_name(root: Path) -> str | None:
     try:
-        text = (root / "SKILL.md").read_text(encoding="utf-8")
+        text = read_text_checked(root, "SKILL.md")
     except (OSError, UnicodeDecodeError):
         return None
     fm, problems = parse_front_matter(parse("SKILL.md", text))
@@ -95,8 +104,8 @@ def skill_name(root: Path) -> str | None:
 
 def project_version(root: Path) -> str | None:
     try:
-        version = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
-    except (OSError, KeyError, TypeError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        version = tomllib.loads(read_text_checked(root, "pyproject.toml"))["project"]["version"]
+    except (OSError, KeyError, TypeError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError):
         return None
     return version if isinstance(version, str) else None
 
@@ -107,7 +116,7 @@ def _inside(root: Path, base: str, target: str) -> tuple[str | None, bool]:
     if rel.startswith("..") or posixpath.isabs(rel):
         return None, False
     rel = "" if rel == "." else rel
-    return rel, (root / rel).exists()
+    return rel, safe_exists(root / rel)
 
 
 def skill_files_under(folder: Path, max_depth: int = 6) -> list[Path]:
@@ -202,11 +211,11 @@ def check_manifest_file(root: Path, m: Manifest, name: str | None, version: str 
             line = _line_of(text, f'"{target}"')
             if where is None or not exists:
                 out.append(Finding(rel, line, 1, "PLUG005", f"plugin source {target!r} does not exist inside the pack"))
-            elif not (root / where / m.plugin_manifest).is_file():
+            elif not safe_exists(root / where / m.plugin_manifest, "file"):
                 out.append(Finding(rel, line, 1, "PLUG005",
                                    f"plugin source {target!r} holds no {m.plugin_manifest}"))
     else:  # agents/openai.yaml beside SKILL.md
-        if not (root / posixpath.dirname(posixpath.dirname(rel)) / "SKILL.md").is_file():
+        if not safe_exists(root / posixpath.dirname(posixpath.dirname(rel)) / "SKILL.md", "file"):
             out.append(Finding(rel, 1, 1, "PLUG005", "agents/openai.yaml must sit in a skill folder, beside SKILL.md"))
         interface = data.get("interface") or {}
         prompt = interface.get("default_prompt")
@@ -227,6 +236,6 @@ def check_plugin_manifests(root: Path) -> list[Finding]:
     name, version = skill_name(root), project_version(root)
     out: list[Finding] = []
     for m in MANIFESTS:
-        if (root / m.path).exists():
+        if safe_exists(root / m.path):
             out += check_manifest_file(root, m, name, version)
     return out

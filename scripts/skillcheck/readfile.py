@@ -141,3 +141,28 @@ def write_atomically(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def read_text_checked(root: Path, rel: str) -> str:
+    """:func:`read_pack_text` for code that handles ``OSError``: a problem is raised as ``OSError`` (never a hang)."""
+    text, problem = read_pack_text(root, rel)
+    if problem:
+        if problem.message.startswith("not a regular file: missing"):
+            raise FileNotFoundError(2, "No such file or directory", str(root / rel))
+        raise OSError(f"{problem.code} {problem.message}")
+    return text
+
+
+def read_bytes_checked(root: Path, rel: str) -> bytes:
+    data, problem = read_pack_bytes(root, rel)
+    if problem:
+        raise OSError(f"{problem.code} {problem.message}")
+    return data
+
+
+def safe_exists(path: Path, kind: str = "any") -> bool:
+    """``path.exists()`` (``kind="file"``: ``is_file()``) that is False, not an error, for names no file system takes."""
+    try:
+        return path.is_file() if kind == "file" else path.exists()
+    except (OSError, ValueError):
+        return False

@@ -95,6 +95,8 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
         out += check_links(doc, root, pack.doc)
         out += check_document(doc, pack.module_text)
         out += check_blocks(rel, doc.lines, renderer, doc.in_code)
+        if doc.degraded:
+            out.append(Finding(rel, 1, 1, "PACK004", doc.degraded))
         if len(doc.headings) > MAX_HEADINGS:
             out.append(Finding(rel, 1, 1, "PACK004", f"{len(doc.headings):,} headings: anchors are computed for the "
                                                      f"first {MAX_HEADINGS:,} only"))

@@ -11,9 +11,8 @@ import pytest
 from psycopg import sql
 from pyspark.sql import Row
 
-from rtm_lakebase.connection_budget import (ConnectionBudgetExceeded, check_connection_budget,
-                                        max_connections)
-from rtm_lakebase.lakebase_sink import (BadRowError, PostgresForeachWriter, SinkError, SinkSettings)
+from rtm_lakebase.connection_budget import ConnectionBudgetExceeded, check_connection_budget, max_connections
+from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkError, SinkSettings
 from rtm_lakebase.pg_connection import ConnectionSettings, Secret, redact
 from rtm_lakebase.pg_statements import create_table_sql
 from rtm_lakebase.sink_metrics import percentile
@@ -156,7 +155,7 @@ def test_timer_error_surfaces_on_next_process_and_on_close(pg_dsn, pg_conn, tabl
     w.open(0, 0)
     w.process({"id": 1, "version": 1, "name": "far too long for twenty chars"})
     deadline = time.monotonic() + 15
-    while w._error is None and time.monotonic() < deadline:
+    while w._flusher.error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(BadRowError, match="id=1"):
         w.process({"id": 2, "version": 1, "name": "ok"})
@@ -165,7 +164,7 @@ def test_timer_error_surfaces_on_next_process_and_on_close(pg_dsn, pg_conn, tabl
     w2.open(0, 0)
     w2.process({"id": 3, "version": 1, "name": "far too long for twenty chars"})
     deadline = time.monotonic() + 15
-    while w2._error is None and time.monotonic() < deadline:
+    while w2._flusher.error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(BadRowError, match="column name"):
         w2.close(None)
@@ -311,7 +310,7 @@ def test_writer_is_picklable_and_fresh_after_unpickling(pg_dsn, pg_conn, table_n
         clone = pickle.loads(pickle.dumps(w))  # even while open: the connection is not pickled
     finally:
         w.close(None)
-    assert clone._conn is None and clone._flusher is None and clone.metrics.rows_received == 0
+    assert clone._target is None and clone._flusher is None and clone.metrics.rows_received == 0
     run(clone, [{"id": 1, "version": 1, "name": "p"}])
     assert isinstance(psycopg.__version__, str)
     assert table_rows(pg_conn, table_name) == [(1, 1, "p")]
@@ -357,3 +356,41 @@ def test_append_writes_array_columns(pg_dsn, pg_conn, table_name):
     make_table(pg_conn, table_name, {"id": "bigint", "tags": "text[]"}, key=())
     run(writer(pg_dsn, table_name, mode="append"), [{"id": 1, "tags": ["a", "b"]}, {"id": 2, "tags": []}])
     assert table_rows(pg_conn, table_name) == [(1, ["a", "b"]), (2, [])]
+
+
+def test_schema_dot_table_is_read_as_sql_reads_it(pg_dsn, pg_conn, table_name):
+    schema = f"s_{table_name}"
+    pg_conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    pg_conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier("My.Schema " + table_name)))
+    try:
+        make_table(pg_conn, "events", schema=schema)
+        make_table(pg_conn, "T x", schema="My.Schema " + table_name)
+        run(writer(pg_dsn, f"{schema}.events"), [{"id": 1, "version": 1, "name": "plain"}])
+        run(writer(pg_dsn, f"{schema.upper()}.Events"), [{"id": 2, "version": 1, "name": "folded"}])
+        run(writer(pg_dsn, f'"My.Schema {table_name}"."T x"'), [{"id": 3, "version": 1, "name": "quoted"}])
+        run(writer(pg_dsn, "T x", schema="My.Schema " + table_name), [{"id": 4, "version": 1, "name": "exact"}])
+        assert table_rows(pg_conn, "events", schema=schema) == [(1, 1, "plain"), (2, 1, "folded")]
+        assert table_rows(pg_conn, "T x", schema="My.Schema " + table_name) == [(3, 1, "quoted"), (4, 1, "exact")]
+        assert SinkSettings(table='"A""b".c').schema == 'A"b'
+        for bad, reason in (("a b", "unexpected ' '"), ("a.b.c", "at most schema.table"), ('"x', "not closed"),
+                            ("a.", "expected a name"), ("", "non-empty")):
+            with pytest.raises(ValueError, match=reason):
+                SinkSettings(table=bad)
+    finally:
+        for name in (schema, "My.Schema " + table_name):
+            pg_conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def test_one_way_to_build_a_writer_and_mode_is_typed():
+    import typing
+
+    import rtm_lakebase.lakebase_sink as sink
+
+    assert not hasattr(sink, "writer_for")
+    with pytest.raises(TypeError):
+        PostgresForeachWriter("host=x", table="t")
+    with pytest.raises(TypeError):
+        PostgresForeachWriter("host=x")
+    mode = typing.get_type_hints(SinkSettings)["mode"]
+    assert typing.get_origin(mode) is typing.Literal
+    assert set(typing.get_args(mode)) == {"upsert", "insert_ignore", "append"}

@@ -11,9 +11,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rtm_lakebase.lakebase_sink import (BadRowError, PostgresForeachWriter, SinkConnectionError,
-                                    SinkSettings)
 from pack_lab.local_postgres import free_port
+from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkConnectionError, SinkSettings
 from rtm_lakebase.pg_connection import ConnectionSettings
 from rtm_lakebase.pg_statements import create_table_sql
 from tests.sink.helpers import make_table, table_rows
@@ -184,8 +183,8 @@ def test_hostile_identifiers_cannot_inject_sql(pg_dsn, pg_conn, table_name):
         got = pg_conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, hostile))).fetchall()
         assert got == [(1, "again", 6)]
         assert pg_conn.execute("SELECT to_regclass(%s)", (victim,)).fetchone()[0] is not None
-        # A dotted name is one identifier, not schema.table.
-        with pytest.raises(Exception, match="not found"):
-            writer(pg_dsn, f"public.{victim}").open(0, 0)
+        # Without schema=, a hostile name is refused with the reason, before any SQL runs.
+        with pytest.raises(ValueError, match="quote a name"):
+            writer(pg_dsn, hostile)
     finally:
         pg_conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

@@ -8,8 +8,8 @@ import time
 import psycopg
 import pytest
 
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings, start_upsert_query
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
+from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings, start_upsert_query
 from tests.sink.helpers import CrashingWriter, make_table, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

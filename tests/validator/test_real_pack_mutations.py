@@ -20,8 +20,14 @@ import skillcheck.examples_import as examples_import
 from skillcheck.manifest import PackError
 from tests.validator.packbuilder import REPO, findings, write_manifest
 
-IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "site", "__pycache__", ".pytest_cache",
-                                "*.egg-info", "tests", ".notes", "spark-warehouse", "metastore_db")
+_IGNORED = shutil.ignore_patterns("node_modules", "site", "dist", "__pycache__", "*.egg-info", "tests",
+                                  "spark-warehouse", "metastore_db")
+
+
+def IGNORE(folder: str, names: list[str]) -> set[str]:
+    """Skip tool, build and cache folders, and every hidden folder (.git, .venv, caches of any size)."""
+    hidden = {n for n in names if n.startswith(".") and (Path(folder) / n).is_dir()}
+    return set(_IGNORED(folder, names)) | hidden
 
 MINIMAL_SKILL = """---
 name: spark-rtm-lakebase

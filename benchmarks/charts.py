@@ -1,0 +1,226 @@
+"""Charts (PNG) drawn from the benchmarks' JSON results, byte-for-byte reproducible.
+
+Each chart is a pure function of one JSON file, so a test can redraw it and
+compare it with the committed PNG. Run ``python benchmarks/charts.py`` to
+redraw every chart in ``benchmarks/results/`` after a benchmark run
+(``rate_sweep.py`` draws its own; ``tests/test_charts.py`` fails on a stale
+chart). Reproducible output: the Agg renderer,
+the DejaVu Sans font that ships with matplotlib, fixed size and resolution,
+and no timestamp or software tag in the PNG metadata.
+
+- ``rate_sweep.json`` → ``rate_sweep.png``: sink-visible latency percentiles
+  against input rate, one line per sink path;
+- ``foreach_latency.json`` → ``foreach_latency.png``: end-to-end p50 and p99 per case;
+- ``sink_benchmark.json`` → ``sink_benchmark.png``: rows/s of each writer;
+- the demo's report → its latency chart (:func:`render_demo_chart`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: Colours and labels per sink path (rate sweep and demo share them).
+PATH_STYLE = {
+    "rtm-jvm": ("#1b7837", "real-time mode + JVM sink"),
+    "rtm-python": ("#c51b7d", "real-time mode + Python foreach"),
+    "microbatch": ("#2166ac", "micro-batch (0 s) + Python foreach"),
+}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib import pyplot as plt
+
+    matplotlib.rcdefaults()
+    matplotlib.rcParams.update({
+        "font.family": "DejaVu Sans",
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "figure.dpi": 100,
+        "savefig.dpi": 100,
+        "path.simplify": False,
+    })
+    return plt
+
+
+def _save(fig, out: Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=100, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out
+
+
+def _log_axis_ms(ax, axis: str = "y") -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    formatter = FuncFormatter(lambda v, _pos: f"{v:g}")
+    if axis == "y":
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(formatter)
+    else:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(formatter)
+
+
+# ------------------------------------------------------------------ rate sweep
+
+
+def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
+    """Sink-visible p50, p95 and p99 (ms, log) against offered rate (rows/s, log), a line per path."""
+    plt = _pyplot()
+    quantiles = ("p50", "p95", "p99")
+    fig, axes = plt.subplots(1, len(quantiles), figsize=(12, 4.2), sharey=True)
+    target = results.get("target", {})
+    for ax, q in zip(axes, quantiles):
+        for path, (colour, label) in PATH_STYLE.items():
+            points = [p for p in results.get("points", []) if p["path"] == path and "visible" in p
+                      and q in p["visible"]]
+            points.sort(key=lambda p: p["offered_rows_per_s"])
+            if not points:
+                continue
+            xs = [p["offered_rows_per_s"] for p in points]
+            ys = [max(p["visible"][q], 1) for p in points]
+            ax.plot(xs, ys, marker="o", color=colour, label=label, linewidth=1.6)
+        limit = target.get(f"{q}_ms")
+        if limit:
+            ax.axhline(limit, color="#555555", linestyle="--", linewidth=0.9)
+            ax.annotate(f"target {q} ≤ {limit:g} ms (JVM, {target.get('rate', 1000):g}/s)",
+                        xy=(0.02, limit), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=7, color="#555555")
+        _log_axis_ms(ax, "x")
+        _log_axis_ms(ax, "y")
+        ax.set_title(f"sink-visible latency {q}")
+        ax.set_xlabel("offered input rate (rows/s)")
+        ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
+    axes[0].set_ylabel("sent → visible in Postgres (ms, log scale)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels) or 1, fontsize=8, frameon=False)
+    machine = results.get("machine", {})
+    fig.suptitle(f"Rate sweep into Postgres — {machine.get('cores', '?')} cores, "
+                 f"{machine.get('spark_master', '')}, pyspark {machine.get('pyspark', '?')}, "
+                 f"trigger {results.get('trigger', '?')} ({results.get('date', '')})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _save(fig, out)
+
+
+# ------------------------------------------------------------------ foreach latency
+
+
+def render_foreach_latency(results: Mapping[str, Any], out: Path) -> Path:
+    """End-to-end (source → sink) p50 and p99 per case, horizontal bars on a log axis."""
+    plt = _pyplot()
+    cases = [c for c in results.get("cases", []) if "report" in c]
+    names = [c["name"] for c in cases]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(cases) + 1.4))
+    ys = list(range(len(cases)))
+    p50 = [max(c["report"]["source_to_sink"].get("p50", 0), 1) for c in cases]
+    p99 = [max(c["report"]["source_to_sink"].get("p99", 0), 1) for c in cases]
+    ax.barh([y + 0.2 for y in ys], p99, height=0.4, color="#f4a582", label="p99")
+    ax.barh([y - 0.2 for y in ys], p50, height=0.4, color="#b2182b", label="p50")
+    ax.set_yticks(ys, names)
+    ax.invert_yaxis()
+    _log_axis_ms(ax, "x")
+    ax.set_xlabel("source → sink latency (ms, log scale)")
+    ax.grid(True, axis="x", linewidth=0.4, alpha=0.6)
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    ax.set_title(f"foreach latency under real-time mode vs micro-batch ({results.get('date', '')})")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+# ------------------------------------------------------------------ sink throughput
+
+
+def render_sink_benchmark(results: Mapping[str, Any], out: Path) -> Path:
+    """Rows per second of every direct writer, as a share of raw ``COPY``."""
+    plt = _pyplot()
+    direct = list(results.get("direct", []))
+    fig, ax = plt.subplots(figsize=(9, 0.34 * len(direct) + 1.4))
+    ys = list(range(len(direct)))
+    rates = [max(d["rows_per_s"], 1) for d in direct]
+    ax.barh(ys, rates, height=0.6, color=["#4d4d4d" if "raw COPY" in d["name"] else "#2166ac"
+                                          for d in direct])
+    for y, d in zip(ys, direct):
+        ax.annotate(f"{d['rows_per_s']:,.0f}/s ({d['ratio_to_copy']:.2f}× COPY)", xy=(d["rows_per_s"], y),
+                    xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    ax.set_yticks(ys, [d["name"] for d in direct])
+    ax.invert_yaxis()
+    _log_axis_ms(ax, "x")
+    ax.set_xlim(right=max(rates) * 8)
+    ax.set_xlabel("rows per second (log scale)")
+    ax.grid(True, axis="x", linewidth=0.4, alpha=0.6)
+    rows = results.get("args", {}).get("rows", "?")
+    ax.set_title(f"Writing {rows:,} rows into local Postgres, one connection" if isinstance(rows, int)
+                 else "Writing rows into local Postgres, one connection")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+# ------------------------------------------------------------------ demo
+
+
+def render_demo_chart(report: Mapping[str, Any], out: Path) -> Path:
+    """The demo's paths side by side: sink-visible p50/p95/p99 and engine p50 (ms, log)."""
+    plt = _pyplot()
+    paths = [p for p in report.get("paths", []) if p.get("latency")]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    quantiles = (("p50", 0.8), ("p95", 0.55), ("p99", 0.35))
+    width = 0.2
+    for i, path in enumerate(paths):
+        colour, label = PATH_STYLE.get(path["path"], ("#777777", path["path"]))
+        for j, (q, alpha) in enumerate(quantiles):
+            value = max(path["latency"].get(q, 0), 1)
+            ax.bar(i + (j - 1) * width, value, width=width, color=colour, alpha=alpha)
+            ax.annotate(f"{path['latency'].get(q, 0):.0f}", xy=(i + (j - 1) * width, value),
+                        xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
+        engine = path.get("engine", {}).get("p50")
+        if engine is not None:
+            ax.plot([i - 1.5 * width, i + 1.5 * width], [max(engine, 1)] * 2, color="black",
+                    linewidth=1.2, linestyle=":")
+    ax.set_xticks(range(len(paths)),
+                  [PATH_STYLE.get(p["path"], (None, p["path"]))[1].replace(" + ", "\n+ ") for p in paths])
+    _log_axis_ms(ax, "y")
+    ax.set_ylabel("sent → visible in Postgres (ms, log scale)")
+    ax.set_title("Same workload, three ways: bars p50 / p95 / p99, dotted line engine p50")
+    ax.grid(True, axis="y", linewidth=0.4, alpha=0.6)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+#: Every committed chart: JSON result → (renderer, PNG next to it).
+CHARTS: dict[str, tuple[Callable[[Mapping[str, Any], Path], Path], str]] = {
+    "rate_sweep.json": (render_rate_sweep, "rate_sweep.png"),
+    "foreach_latency.json": (render_foreach_latency, "foreach_latency.png"),
+    "sink_benchmark.json": (render_sink_benchmark, "sink_benchmark.png"),
+}
+
+
+def render(json_name: str, results_dir: Path = RESULTS, out_dir: Path | None = None) -> Path:
+    """Redraw the chart of ``results_dir/json_name`` into ``out_dir`` (default: the same folder)."""
+    renderer, png = CHARTS[json_name]
+    data = json.loads((Path(results_dir) / json_name).read_text(encoding="utf-8"))
+    return renderer(data, Path(out_dir or results_dir) / png)
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = (argv if argv else None) or [n for n in CHARTS if (RESULTS / n).exists()]
+    for name in names:
+        if name not in CHARTS:
+            print(f"charts: no chart for {name!r}; known: {', '.join(CHARTS)}", file=sys.stderr)
+            return 2
+        print(f"wrote {render(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

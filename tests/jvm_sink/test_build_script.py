@@ -1,0 +1,122 @@
+"""scripts/build_jvm_sink.sh: cached build with a content stamp, and clear messages when javac or the driver is missing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "build_jvm_sink.sh"
+SOURCE = ROOT / "rtm_lakebase" / "jvm" / "PostgresForeachWriter.java"
+TOOLS = ["dirname", "sha256sum", "cut", "id", "mktemp", "cat", "grep", "ls", "head", "mkdir", "rm", "mv",
+         "basename"]
+
+
+def copy_of_the_repo(tmp_path: Path) -> Path:
+    """The script and the source in a throwaway tree (the script finds everything relative to itself)."""
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
+    shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
+    shutil.copy(SOURCE, root / "rtm_lakebase" / "jvm" / SOURCE.name)
+    return root
+
+
+def sandbox_path(tmp_path: Path, with_javac: bool) -> str:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in TOOLS + (["javac"] if with_javac else []):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def run(root: Path, path: str, **env) -> subprocess.CompletedProcess:
+    base = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "PY": sys.executable}
+    base.update(env)
+    return subprocess.run(["/bin/bash", str(root / "scripts" / SCRIPT.name)], capture_output=True, text=True,
+                          env=base, timeout=300)
+
+
+def test_without_javac_it_says_how_and_lets_the_python_path_go_on(tmp_path):
+    root = copy_of_the_repo(tmp_path)
+    driver = tmp_path / "postgresql.jar"
+    driver.write_bytes(b"PK")
+    result = run(root, sandbox_path(tmp_path, with_javac=False), PG_JDBC_JAR=str(driver))
+    assert result.returncode == 0, result.stderr
+    assert "javac not found" in result.stderr and "openjdk-17-jdk-headless" in result.stderr
+    assert "the Python sink works" in result.stderr
+    assert not (root / "rtm_lakebase" / "jvm" / "build" / "rtm-lakebase-jvm-sink.jar").exists()
+
+
+def test_under_ci_a_missing_javac_stops_the_set_up(tmp_path):
+    root = copy_of_the_repo(tmp_path)
+    driver = tmp_path / "postgresql.jar"
+    driver.write_bytes(b"PK")
+    # No apt-get on this PATH, so nothing can be installed: CI must not go on to skip the tests.
+    result = run(root, sandbox_path(tmp_path, with_javac=False), PG_JDBC_JAR=str(driver), CI="true")
+    assert result.returncode == 1
+    assert "javac not found" in result.stderr and "could not be built" in result.stderr
+
+
+def test_a_wrong_pg_jdbc_jar_is_named(tmp_path):
+    root = copy_of_the_repo(tmp_path)
+    result = run(root, sandbox_path(tmp_path, with_javac=False), PG_JDBC_JAR=str(tmp_path / "missing.jar"))
+    assert "PG_JDBC_JAR=" in result.stderr and "missing.jar is not a file" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("javac") is None, reason="no javac on this machine")
+def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
+    root = copy_of_the_repo(tmp_path)
+    driver = tmp_path / "postgresql.jar"
+    driver.write_bytes(b"PK")
+    path = sandbox_path(tmp_path, with_javac=True)
+    build = root / "rtm_lakebase" / "jvm" / "build"
+    jar = build / "rtm-lakebase-jvm-sink.jar"
+
+    first = run(root, path, PG_JDBC_JAR=str(driver))
+    assert first.returncode == 0, first.stderr
+    assert "compiling the JVM sink" in first.stderr
+    with zipfile.ZipFile(jar) as z:
+        assert "rtm_lakebase/jvm/PostgresForeachWriter.class" in z.namelist()
+    assert not list(build.glob(".tmp.*"))  # nothing left behind
+
+    again = run(root, path, PG_JDBC_JAR=str(driver))
+    assert again.returncode == 0 and "compiling" not in again.stderr  # cached
+
+    source = root / "rtm_lakebase" / "jvm" / SOURCE.name
+    source.write_text(source.read_text() + "\n// changed\n")
+    changed = run(root, path, PG_JDBC_JAR=str(driver))
+    assert changed.returncode == 0 and "compiling the JVM sink" in changed.stderr
+    assert (build / "rtm-lakebase-jvm-sink.sha256").read_text().strip() == \
+        hashlib.sha256(source.read_bytes()).hexdigest()
+
+    source.write_text(source.read_text() + "\nthis is not Java\n")
+    broken = run(root, path, PG_JDBC_JAR=str(driver))
+    assert broken.returncode == 1 and "javac failed" in broken.stderr
+    assert not list(build.glob(".tmp.*"))
+
+
+def test_the_wheel_ships_the_java_source_but_no_build_output(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "rtm_lakebase", src / "rtm_lakebase",
+                    ignore=shutil.ignore_patterns("build", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", src / "pyproject.toml")
+    (src / "rtm_lakebase" / "jvm" / "build").mkdir()
+    (src / "rtm_lakebase" / "jvm" / "build" / "rtm-lakebase-jvm-sink.jar").write_bytes(b"PK")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                           "-w", str(tmp_path / "wheels"), str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Package would be ignored" not in proc.stderr
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm_sink.py" in names
+    assert not [n for n in names if "/build/" in n or n.endswith((".jar", ".class"))]

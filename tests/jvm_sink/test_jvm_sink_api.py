@@ -1,0 +1,164 @@
+"""rtm_lakebase.jvm_sink without a query: DSN → JDBC URL, option checks, clear errors for what is missing."""
+
+from __future__ import annotations
+
+import hashlib
+from types import SimpleNamespace
+
+import pytest
+
+from rtm_lakebase import jvm_sink
+from rtm_lakebase.jvm_sink import (JvmSinkUnavailable, _format_key_list, build_jvm_writer, jdbc_url,
+                                   jvm_sink_jars, start_jvm_sink_query)
+from rtm_lakebase.pg_connection import ConnectionSettings
+
+
+def test_jdbc_url_keeps_server_tls_and_timeouts_and_never_the_password():
+    url = jdbc_url("postgresql://appuser:S3cr3t-pw@ep-x.databricks.com:5432/databricks_postgres?connect_timeout=7")
+    assert url.startswith("jdbc:postgresql://ep-x.databricks.com:5432/databricks_postgres?")
+    assert "sslmode=require" in url and "connectTimeout=7" in url and "tcpKeepAlive=true" in url
+    assert "S3cr3t-pw" not in url and "appuser" not in url
+    local = jdbc_url("host=127.0.0.1 port=6543 dbname=my%db user=u")
+    assert local.startswith("jdbc:postgresql://127.0.0.1:6543/my%25db?") and "sslmode=disable" in local
+
+
+def test_jdbc_url_brackets_ipv6_and_lists_several_hosts():
+    assert jdbc_url("host=::1 port=5 dbname=d").startswith("jdbc:postgresql://[::1]:5/d?")
+    assert jdbc_url("host=a,b port=5 dbname=d").startswith("jdbc:postgresql://a:5,b:5/d?")
+
+
+def test_jdbc_url_takes_what_the_dsn_leaves_out_from_the_libpq_environment(monkeypatch):
+    for name in ("PGHOSTADDR", "PGSERVICE", "PGSSLMODE", "PGCONNECT_TIMEOUT", "PGUSER", "PGPASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PGHOST", "db.example.com")
+    monkeypatch.setenv("PGPORT", "6000")
+    monkeypatch.setenv("PGDATABASE", "appdb")
+    url = jdbc_url("user=u")
+    assert url.startswith("jdbc:postgresql://db.example.com:6000/appdb?") and "sslmode=require" in url
+    assert jdbc_url("host=a,b port=1,2 dbname=d").startswith("jdbc:postgresql://a:1,b:2/d?")
+
+
+def test_jdbc_url_refuses_what_the_jdbc_driver_cannot_do():
+    with pytest.raises(ValueError, match="Unix-socket"):
+        jdbc_url("host=/var/run/postgresql dbname=d")
+    with pytest.raises(ValueError, match="hostaddr"):
+        jdbc_url("host=db.example.com hostaddr=10.0.0.1 dbname=d")
+    with pytest.raises(ValueError, match="'target_session_attrs'"):
+        jdbc_url("host=h dbname=d target_session_attrs=read-write")
+    assert "options=-c%20statement_timeout%3D5000" in jdbc_url("host=h dbname=d options='-c statement_timeout=5000'")
+
+
+@pytest.mark.parametrize("names, text", [
+    ("id", "id"),
+    (["a", "b"], "a,b"),
+    (["a,b", 'q"x', " pad"], '"a,b","q""x"," pad"'),
+])
+def test_upsertkey_is_the_native_sinks_comma_list_with_quoted_hostile_names(names, text):
+    assert _format_key_list(names) == text
+
+
+@pytest.mark.parametrize("bad", [[], [""], [1]])
+def test_upsertkey_refuses_empty_or_non_string_names(bad):
+    with pytest.raises(ValueError, match="upsertkey"):
+        _format_key_list(bad)
+
+
+def test_missing_jar_is_named_with_the_build_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("RTM_JVM_SINK_JAR", str(tmp_path / "nope.jar"))
+    with pytest.raises(JvmSinkUnavailable, match=r"not built .*nope\.jar.*build_jvm_sink\.sh"):
+        jvm_sink_jars()
+
+
+def test_stale_jar_is_refused_until_rebuilt(monkeypatch, tmp_path):
+    jar = tmp_path / "build" / "sink.jar"
+    jar.parent.mkdir()
+    jar.write_bytes(b"PK")
+    source = tmp_path / "PostgresForeachWriter.java"
+    source.write_text("class A {}")
+    monkeypatch.delenv("RTM_JVM_SINK_JAR", raising=False)
+    monkeypatch.setattr(jvm_sink, "DEFAULT_JAR", jar)
+    monkeypatch.setattr(jvm_sink, "SOURCE_FILE", source)
+    monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "postgresql.jar")
+    (tmp_path / "postgresql.jar").write_bytes(b"PK")
+    monkeypatch.delenv("PG_JDBC_JAR", raising=False)
+    jar.with_suffix(".sha256").write_text(hashlib.sha256(b"class B {}").hexdigest())
+    with pytest.raises(JvmSinkUnavailable, match="older than PostgresForeachWriter.java"):
+        jvm_sink_jars()
+    jar.with_suffix(".sha256").write_text(hashlib.sha256(source.read_bytes()).hexdigest())
+    assert jvm_sink_jars() == [str(jar), str(tmp_path / "postgresql.jar")]
+
+
+def test_missing_driver_says_how_to_get_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(jvm_sink, "_writer_jar", lambda: tmp_path / "sink.jar")
+    monkeypatch.delenv("PG_JDBC_JAR", raising=False)
+    monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "absent.jar")
+    with pytest.raises(JvmSinkUnavailable, match="libpostgresql-jdbc-java.*spark.jars.packages=org.postgresql"):
+        jvm_sink_jars()
+    monkeypatch.setenv("PG_JDBC_JAR", str(tmp_path / "gone.jar"))
+    with pytest.raises(JvmSinkUnavailable, match="PG_JDBC_JAR=.*gone.jar is not a file"):
+        jvm_sink_jars()
+
+
+class _Package:
+    """Stands in for py4j's view of a JVM package: every attribute is another package."""
+
+    def __getattr__(self, name):
+        return _Package()
+
+
+def _fake_spark(jvm):
+    return SimpleNamespace(sparkContext=SimpleNamespace(_jvm=jvm))
+
+
+def test_class_not_on_the_classpath_is_named(monkeypatch):
+    with pytest.raises(JvmSinkUnavailable, match="rtm_lakebase.jvm.PostgresForeachWriter is not on the session's "
+                                                 "classpath.*spark.jars"):
+        build_jvm_writer(_fake_spark(_Package()), dsn="host=h dbname=d", table="t")
+
+
+def test_py4j_blocked_as_in_standard_access_mode_is_named():
+    from py4j.protocol import Py4JError
+
+    class Blocked:
+        def __getattr__(self, name):
+            raise Py4JError("py4j.security.Py4JSecurityException: Constructor public "
+                            "rtm_lakebase.jvm.PostgresForeachWriter(java.util.Map) is not whitelisted.")
+
+    with pytest.raises(JvmSinkUnavailable, match="blocked.*standard access mode.*format\\('postgresql'\\)"):
+        build_jvm_writer(_fake_spark(Blocked()), dsn="host=h dbname=d", table="t")
+
+
+def test_spark_connect_dataframe_is_refused_with_the_reason():
+    class ConnectFrame:
+        @property
+        def _jdf(self):
+            raise AttributeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] Attribute `_jdf` is not supported in Spark Connect")
+
+    with pytest.raises(JvmSinkUnavailable, match="classic Spark session with py4j.*Spark Connect"):
+        start_jvm_sink_query(ConnectFrame(), dsn="host=h dbname=d", table="t", checkpoint_location="/tmp/x")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "merge"}, "mode must be one of"),
+    ({"batchsize": 0}, "batchsize"),
+    ({"batchinterval_ms": 0}, "batchinterval_ms"),
+    ({"batchinterval_ms": 1.5}, "batchinterval_ms"),
+    ({"mode": "append", "version_column": "v"}, "version_column only applies"),
+    ({"table": ""}, "table must not be empty"),
+])
+def test_bad_settings_fail_before_touching_the_jvm(kwargs, match):
+    options = {"dsn": "host=h dbname=d", "table": "t", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        build_jvm_writer(_fake_spark(_Package()), **options)
+
+
+def test_python_password_provider_is_refused():
+    settings = ConnectionSettings(host="h", password_provider=lambda: "token")
+    with pytest.raises(ValueError, match="password_provider"):
+        build_jvm_writer(_fake_spark(_Package()), dsn=settings, table="t")
+
+
+def test_trigger_must_be_one_keyword():
+    with pytest.raises(ValueError, match="exactly one entry"):
+        start_jvm_sink_query(object(), dsn="host=h dbname=d", table="t", checkpoint_location="/tmp/x",
+                             trigger={"realTime": "5 seconds", "processingTime": "0 seconds"})

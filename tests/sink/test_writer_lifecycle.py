@@ -1,0 +1,108 @@
+"""The writer's lifecycle cannot lose rows.
+
+process() after close() or before open(), open() twice, close() twice: a
+clear SinkError or the right behaviour; no buffered row dropped without an
+exception; the flusher thread never dies silently, whatever fails in it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkError, SinkSettings
+from rtm_lakebase.sink_metrics import SinkMetrics
+from tests.sink.helpers import make_table, table_rows
+
+pytestmark = pytest.mark.postgres
+
+
+def writer(dsn, table, **options):
+    options.setdefault("max_dwell_ms", 0)
+    return PostgresForeachWriter(dsn, SinkSettings(table=table, **options))
+
+
+def row(i):
+    return {"id": i, "version": 1, "name": f"n{i}"}
+
+
+def test_process_after_close_raises_instead_of_dropping_the_row(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name)
+    w = writer(pg_dsn, table_name)
+    w.open(0, 0)
+    w.process(row(1))
+    w.close(None)
+    with pytest.raises(SinkError, match="closed"):
+        w.process(row(2))
+    w.close(None)  # nothing more happens
+    assert table_rows(pg_conn, table_name) == [(1, 1, "n1")]
+
+
+def test_process_before_open_raises(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name)
+    with pytest.raises(SinkError, match="not open"):
+        writer(pg_dsn, table_name).process(row(1))
+
+
+def test_open_twice_without_close_raises_and_keeps_the_buffered_rows(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name)
+    w = writer(pg_dsn, table_name)
+    w.open(0, 0)
+    for i in range(3):
+        w.process(row(i))
+    with pytest.raises(SinkError, match="still open"):
+        w.open(0, 1)
+    w.close(None)
+    assert table_rows(pg_conn, table_name) == [(0, 1, "n0"), (1, 1, "n1"), (2, 1, "n2")]
+    w.open(0, 1)  # after close() it opens again
+    w.process(row(3))
+    w.close(None)
+    assert len(table_rows(pg_conn, table_name)) == 4
+
+
+def test_close_twice_and_close_before_open_do_nothing(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name)
+    writer(pg_dsn, table_name).close(None)
+    w = writer(pg_dsn, table_name)
+    w.open(0, 0)
+    w.process(row(1))
+    w.close(None)
+    w.close(None)
+    w.close(RuntimeError("late"))
+    assert table_rows(pg_conn, table_name) == [(1, 1, "n1")]
+    assert w.metrics.flushes == 1
+
+
+def test_unrelated_error_in_the_flusher_thread_is_raised_not_lost(pg_dsn, pg_conn, table_name, monkeypatch):
+    make_table(pg_conn, table_name)
+    calls = {"n": 0}
+    original = SinkMetrics.record_flush
+
+    def broken_after_first(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise ZeroDivisionError("metrics bug")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SinkMetrics, "record_flush", broken_after_first)
+    w = writer(pg_dsn, table_name, max_batch_rows=2)
+    w.open(0, 0)
+    with pytest.raises(ZeroDivisionError, match="metrics bug"):
+        for i in range(20):
+            w.process(row(i))
+        w.close(None)
+    w.close(RuntimeError("task failed"))
+    assert not [t for t in threading.enumerate() if t.name.startswith("pg-sink-flusher") and t.is_alive()]
+
+
+def test_close_with_error_while_a_flush_is_running_leaves_no_thread(pg_dsn, pg_conn, table_name):
+    make_table(pg_conn, table_name)
+    w = writer(pg_dsn, table_name, max_batch_rows=50)
+    w.open(0, 0)
+    for i in range(120):
+        w.process(row(i))
+    w.close(RuntimeError("task failed"))
+    assert not [t for t in threading.enumerate() if t.name.startswith("pg-sink-flusher") and t.is_alive()]
+    written = len(table_rows(pg_conn, table_name))
+    assert written in (0, 50, 100)  # whole flushes only
