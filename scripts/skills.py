@@ -11,7 +11,9 @@
 `generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
 summary line, and exits 1 when there are findings, 0 when clean; `rules` lists
-the finding codes. Usage errors exit 2. No subcommand prints a traceback: an
+the finding codes; `package` builds the installed skill folder and its zip;
+`check` runs the code and prose rules on a user's files; `eval` grades and runs
+the evals. Usage errors exit 2. No subcommand prints a traceback: an
 unexpected error is one line on stderr (exit 3; SKILLS_DEBUG=1 shows the
 traceback).
 
