@@ -82,6 +82,7 @@ class Context:
 
             self.log("starting the local real-time Spark lab (about 15 s)")
             self.spark = build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals")
+            self.spark.sparkContext.setLogLevel("ERROR")  # the report is the output; Spark's warnings are noise
             self._stack.callback(self.spark.stop)
         return self.spark
 
