@@ -25,8 +25,10 @@ match, 2 bad arguments or environment, 128+N stopped by signal N.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -364,6 +366,11 @@ def _one_line(value: object) -> str:
 _started: list = []
 
 
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
 def start_session(options: DemoOptions, jars: list[str], log: Log = print):
     """The local session sized for the query (and carrying the JVM sink jar when there is one)."""
     from pack_lab.rtm_lab import build_session, local_cores
@@ -377,8 +384,13 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
     from pyspark.sql import SparkSession
 
     already_running = SparkSession.getActiveSession() is not None
+    jvm_log = None
+    if not already_running:  # Spark's log and Python-worker noise go to a throwaway file, not the terminal
+        fd, jvm_log = tempfile.mkstemp(prefix="rtm-demo-jvm-", suffix=".log")
+        os.close(fd)
+        atexit.register(_remove_quietly, jvm_log)
     spark = build_session(cores=shape.required_slots, shuffle_partitions=options.shuffle_partitions or 1,
-                          app_name="rtm-demo", jars=jars or None)
+                          app_name="rtm-demo", jars=jars or None, jvm_log=jvm_log)
     reclaim()  # PySpark replaced the SIGINT handler; Ctrl-C must clean up like SIGTERM does
     if not already_running:
         _started.append(spark)

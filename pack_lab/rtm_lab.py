@@ -114,11 +114,14 @@ def session_conf(config: LabConfig) -> dict[str, str]:
 
 
 def build_session(cores: int = 4, shuffle_partitions: int = 2, jars: Sequence[str] | None = None,
-                  **kwargs: Any) -> "SparkSession":
+                  jvm_log: str | None = None, **kwargs: Any) -> "SparkSession":
     """Start (or return the running) local SparkSession set up for RTM.
 
     ``jars`` go on ``spark.jars`` (e.g. ``rtm_lakebase.jvm_sink.jvm_sink_jars()``); they only
     take effect when this call starts the session, not on one already running.
+    ``jvm_log``: a file that receives the JVM's standard error (Spark's log and what the Python
+    workers print) instead of the terminal; used by command-line tools that keep their output
+    to their own lines. Only applies when this call starts the JVM.
     """
     check_spark_version()
     config = LabConfig(cores=cores, shuffle_partitions=shuffle_partitions, jars=jars, **kwargs)
@@ -126,12 +129,28 @@ def build_session(cores: int = 4, shuffle_partitions: int = 2, jars: Sequence[st
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    conf = session_conf(config)
+    if jvm_log is not None:
+        _launch_jvm(conf, jvm_log)
     builder = SparkSession.builder
-    for key, value in session_conf(config).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _launch_jvm(conf: Mapping[str, str], log_path: str) -> None:
+    """Start the py4j gateway (the JVM) with its standard error appended to ``log_path``."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # a JVM is already running: nothing to redirect
+        return
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": log})
+    SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
 
 
 def local_cores(spark: "SparkSession") -> int:

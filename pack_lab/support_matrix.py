@@ -7,7 +7,13 @@ One list, :data:`ROWS`, drives three things so they cannot drift apart:
   (``"accepted"`` with the right output rows, or the exact error class);
 - with ``UPDATE_MATRIX=1`` that test records what it observed in
   ``tests/data/support_matrix_results.json``;
-- :func:`render_table` turns rows + recorded results into the Markdown table of
+- ``tests/test_support_matrix_versions.py`` runs the same rows under the
+  latest PySpark 4.1.x and 4.2.x (``python -m pack_lab.support_matrix --run
+  OUT.json`` inside a cached venv per version, see
+  :mod:`pack_lab.spark_versions`) and fails when a version's outcome differs
+  from ``other_versions`` in ``tests/data/support_matrix_results.json``;
+- :func:`render_table` turns rows + recorded results into the Markdown table
+  (one column per version) of
   ``references/real-time-mode.md``, and ``python -m pack_lab.support_matrix
   --check references/real-time-mode.md`` fails if the committed table differs.
 """
@@ -18,6 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from pack_lab.spark_versions import ALL_VERSIONS, PINNED_VERSION
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
@@ -49,6 +57,10 @@ DOCS_REFERENCE = "https://docs.databricks.com/aws/en/structured-streaming/real-t
 DOCS_SETUP = "https://docs.databricks.com/aws/en/structured-streaming/real-time/setup"
 DOCS_ERRORS = "https://docs.databricks.com/error-messages/streaming-real-time-mode-error-class.html"
 DOCS_PERFORMANCE = "https://docs.databricks.com/aws/en/structured-streaming/real-time-performance"
+DOCS_GET_STARTED = "https://docs.databricks.com/gcp/en/structured-streaming/real-time-get-started"
+#: The newer copy of the error-class page that lists SHUFFLE_MORE_THAN_ONCE (the
+#: docs.databricks.com copy indexed here predates it).
+DOCS_ERRORS_AZURE_CN = "https://docs.azure.cn/zh-cn/databricks/error-messages/streaming-real-time-mode-error-class"
 
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "tests" / "data" / "support_matrix_results.json"
 #: The reference's table sits between these markers; `scripts/skills.py generate` writes it (registered
@@ -229,6 +241,11 @@ def _group_by(ctx):
     return ctx.sink(ctx.stream().groupBy("k").count())
 
 
+def _dedup_then_count(ctx):
+    # Two stateful operators on different keys: two shuffles in one real-time query.
+    return ctx.sink(ctx.stream().dropDuplicates(["id"]).groupBy("k").count())
+
+
 def _tumbling(ctx):
     from pyspark.sql import functions as F
 
@@ -402,6 +419,11 @@ ROWS: tuple[MatrixRow, ...] = (
               "not supported", citation=DOCS_ERRORS),
     MatrixRow("`groupBy().count()`", "operator", _group_by, ACCEPTED, "supported",
               reduce=latest_counts("k"), want=_COUNTS),
+    MatrixRow("`dropDuplicates` then `groupBy().count()` (two shuffles)", "operator",
+              _dedup_then_count, ACCEPTED,
+              "rejected: more than one shuffle (`SHUFFLE_MORE_THAN_ONCE`); use one stateful operator per query",
+              citation=DOCS_ERRORS_AZURE_CN, reduce=latest_counts("k"), want=_COUNTS,
+              shuffle_partitions=1),
     MatrixRow("tumbling window aggregation", "operator", _tumbling, ACCEPTED,
               "supported (tumbling and sliding)", reduce=latest_counts("window"),
               want={"1970-01-01 00:00:00": 3, "1970-01-01 00:00:10": 2, "1970-01-01 00:00:20": 1}),
@@ -411,7 +433,7 @@ ROWS: tuple[MatrixRow, ...] = (
     MatrixRow("`repartition`", "operator", _repartition, ACCEPTED, "not listed",
               reduce=ids, want=[0, 1, 2, 3, 4, 5]),
     MatrixRow("stream-stream join", "operator", _stream_stream_join, _ALLOWLIST,
-              "inner joins only, with extra configuration, on newer runtimes", citation=DOCS_SETUP),
+              "inner joins only, with extra configuration; outer joins not supported", citation=DOCS_SETUP),
     MatrixRow("Python UDF (`udf`)", "operator", _python_udf, _ALLOWLIST,
               "supported with limitations",
               message_contains="spark.sql.streaming.realTimeMode.allowlistCheck"),
@@ -436,12 +458,15 @@ ROWS: tuple[MatrixRow, ...] = (
     MatrixRow("memory sink (`format(\"memory\")`)", "sink", _memory, _ALLOWLIST, "not listed"),
     # sources
     MatrixRow("`rate` source", "source", _rate_source,
-              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED", "not supported (Kafka, Kinesis, Event Hubs, MSK only)"),
+              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED",
+              "used by Databricks' real-time tutorial (not in the reference's source table)",
+              citation=DOCS_GET_STARTED),
     MatrixRow("file source (`text`)", "source", _file_source,
-              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED", "not supported (Kafka, Kinesis, Event Hubs, MSK only)"),
+              "STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED",
+              "not listed: sources are Kafka, Event Hubs, Kinesis, MSK; Delta is not supported"),
     # output modes
-    MatrixRow("output mode `update`", "output mode", _group_by, ACCEPTED, "required",
-              reduce=latest_counts("k"), want=_COUNTS),
+    MatrixRow("output mode `update` (stateless query)", "output mode", _projection, ACCEPTED,
+              "required", reduce=id_pairs("K"), want=_K_UPPER),
     MatrixRow("output mode `append` (stateless query)", "output mode", _append,
               "STREAMING_REAL_TIME_MODE.OUTPUT_MODE_NOT_SUPPORTED", "not supported"),
     MatrixRow("output mode `complete`", "output mode", _complete,
@@ -513,11 +538,88 @@ def run_row(spark: "SparkSession", row: MatrixRow, work_dir: str | Path,
         spark.conf.set("spark.sql.shuffle.partitions", previous)
 
 
+# ------------------------------------------------- other PySpark versions
+
+
+def install_version_shims() -> dict:
+    """Let the rows run on an older PySpark; return what was used (recorded with the results).
+
+    - PySpark 4.1 has no ``realTime=`` keyword. When it is missing, a duration
+      string is passed to the JVM trigger ``Trigger.RealTime(duration)``
+      through py4j; anything else (e.g. ``realTime=True``) goes to the original
+      method, so it fails exactly as that version fails.
+    - The lab's ``RealTimeMemorySource`` refuses versions below 4.3 by default;
+      its class, ``LowLatencyMemoryStream``, ships in 4.1 and 4.2 too, so the
+      refusal is lowered to 4.1 in this (child) process only.
+    """
+    import inspect
+
+    import pyspark
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    from pack_lab import rtm_lab
+
+    rtm_lab.MIN_SPARK_VERSION = (4, 1)
+    used = {"spark_version": pyspark.__version__, "trigger_api": "realTime= keyword",
+            "lab_source": "LowLatencyMemoryStream"}
+    if "realTime" in inspect.signature(DataStreamWriter.trigger).parameters:
+        return used
+    original = DataStreamWriter.trigger
+
+    def trigger(self, *args, realTime=None, **kwargs):  # noqa: N803 - PySpark's keyword
+        if realTime is None:
+            return original(self, *args, **kwargs)
+        if not isinstance(realTime, str) or args or kwargs:
+            return original(self, *args, realTime=realTime, **kwargs)
+        jvm = self._spark.sparkContext._jvm
+        self._jwrite = self._jwrite.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(realTime))
+        return self
+
+    DataStreamWriter.trigger = trigger
+    used["trigger_api"] = "JVM Trigger.RealTime through py4j (no realTime= keyword)"
+    return used
+
+
+def run_all(work_dir: str | Path, rows: Sequence[MatrixRow] = ROWS, timeout: float = 45.0,
+            progress: Callable[[str], None] | None = None) -> dict:
+    """Run every row on this interpreter's PySpark, in a fresh local lab session; return the results."""
+    import tempfile
+
+    from pyspark.sql import SparkSession
+
+    from pack_lab.rtm_lab import LabConfig, session_conf
+
+    used = install_version_shims()
+    builder = SparkSession.builder
+    for key, value in session_conf(LabConfig(cores=4, shuffle_partitions=2,
+                                             app_name="rtm-matrix-versions")).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("OFF")
+    results: dict = {}
+    try:
+        static = static_table(spark).cache()
+        for i, row in enumerate(rows, 1):
+            with tempfile.TemporaryDirectory(dir=str(work_dir)) as tmp:
+                outcome = run_row(spark, row, tmp, static=static, timeout=timeout)
+            for query in spark.streams.active:
+                query.stop()
+            results[row.name] = result_record(outcome, row)
+            if progress:
+                progress(f"[{i}/{len(rows)}] {row.name}: {results[row.name]['observed']}")
+    finally:
+        spark.stop()
+    return {**used, "rows": results}
+
+
 # -------------------------------------------------------------- rendering
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+_WHERE = {"build": "`trigger()`", "start": "`start()`", "run": "query dies"}
 
 
 def _observed_cell(result: dict | None) -> str:
@@ -526,65 +628,155 @@ def _observed_cell(result: dict | None) -> str:
     label = result["observed"]
     if label == ACCEPTED:
         return "accepted, output checked" if result.get("output_checked") else "accepted"
-    stage = result.get("stage")
-    where = {"build": "raised by `trigger()`", "start": "raised by `start()`",
-             "run": "query dies; `query.exception()`"}.get(stage, stage or "")
-    return f"`{label}` ({where})"
+    if label == "timeout":
+        return "no error, expected output missing"
+    where = _WHERE.get(result.get("stage"), result.get("stage") or "")
+    return f"`{label}` ({where})" if where else f"`{label}`"
 
 
 def render_table(rows: Sequence[MatrixRow] = ROWS, results: dict | None = None) -> str:
-    """The Markdown matrix: OSS column from recorded ``results``, Databricks column cited."""
+    """The Markdown matrix: one column per PySpark version (recorded runs), Databricks cited.
+
+    ``results`` maps a version to its recorded rows (see :func:`load_all_results`).
+    """
     results = results or {}
-    lines = [
-        "| Feature | Kind | OSS Spark 4.3.0, observed | Databricks |",
-        "| --- | --- | --- | --- |",
-    ]
+    versions = [v for v in ALL_VERSIONS if v in results] + sorted(set(results) - set(ALL_VERSIONS))
+    header = ["Feature", "Kind"] + [f"PySpark {v}" for v in versions] + ["Databricks"]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     for row in rows:
-        oss = _observed_cell(results.get(row.name))
-        if row.note:
-            oss = f"{oss}; {row.note}"
-        lines.append(f"| {_cell(row.name)} | {row.category} | {_cell(oss)} | "
-                     f"{_cell(row.databricks)} ([docs]({row.citation})) |")
+        cells = [_cell(row.name), row.category]
+        for version in versions:
+            cell = _observed_cell(results[version].get(row.name))
+            if row.note and version == PINNED_VERSION:
+                cell = f"{cell}; {row.note}"
+            cells.append(_cell(cell))
+        cells.append(f"{_cell(row.databricks)} ([docs]({row.citation}))")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+#: The pinned version's run is the file's top level (``spark_version``, ``rows``); the other
+#: versions' runs sit under ``other_versions`` -> version -> the same shape.
+OTHER_RUNS_KEY = "other_versions"
+
+
+def read_results_file(path: str | Path = RESULTS_PATH) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return data["rows"]
+    """The pinned version's recorded rows."""
+    return read_results_file(path)["rows"]
 
 
-def save_results(results: dict, spark_version: str, path: str | Path = RESULTS_PATH) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+def runs_from(data: dict) -> dict:
+    """``{version: run}`` from a parsed results file, oldest first (a run has ``rows`` and how it ran)."""
+    runs = {v: dict(run) for v, run in data.get(OTHER_RUNS_KEY, {}).items()}
+    pinned = {k: v for k, v in data.items() if k != OTHER_RUNS_KEY}
+    runs[pinned.get("spark_version", PINNED_VERSION)] = pinned
+    order = {v: i for i, v in enumerate(ALL_VERSIONS)}
+    return dict(sorted(runs.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+
+def load_run(version: str, path: str | Path = RESULTS_PATH) -> dict:
+    """A version's whole recorded run: rows plus how it ran (trigger API, lab source)."""
+    runs = runs_from(read_results_file(path))
+    if version not in runs:
+        raise KeyError(f"no recorded support-matrix run for pyspark {version} in {path}")
+    return runs[version]
+
+
+def load_all_results(path: str | Path = RESULTS_PATH) -> dict:
+    """``{version: rows}`` for every version with a recorded run, oldest first."""
+    return {v: run["rows"] for v, run in runs_from(read_results_file(path)).items()}
+
+
+def markdown_block(data: dict) -> str:
+    """The reference's table from the parsed results file (pure: same JSON, same Markdown)."""
+    return render_table(ROWS, {v: run["rows"] for v, run in runs_from(data).items()})
+
+
+def save_results(results: dict, spark_version: str, path: str | Path = RESULTS_PATH,
+                 meta: dict | None = None) -> None:
+    """Record one version's run in the shared results file, keeping the other versions' runs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = read_results_file(path) if path.exists() else {}
     ordered = {row.name: results[row.name] for row in ROWS if row.name in results}
-    payload = {"spark_version": spark_version, "rows": ordered}
-    Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    run = {"spark_version": spark_version,
+           **{k: v for k, v in (meta or {}).items() if k not in ("rows", "spark_version", OTHER_RUNS_KEY)},
+           "rows": ordered}
+    if spark_version == PINNED_VERSION:
+        others = data.get(OTHER_RUNS_KEY, {})
+        data = {**run, OTHER_RUNS_KEY: others} if others else run
+    else:
+        others = dict(data.get(OTHER_RUNS_KEY, {}))
+        others[spark_version] = run
+        data[OTHER_RUNS_KEY] = dict(sorted(others.items()))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def result_record(outcome: "Outcome", row: MatrixRow) -> dict:
-    """What the results file keeps for one row."""
+    """What the results file keeps for one row.
+
+    A rejection without an error class (e.g. PySpark 4.1's ``TypeError`` for an
+    unknown ``realTime`` keyword) is recorded by its exception type.
+    """
+    if outcome.status == "timeout":
+        observed = "timeout"
+    elif outcome.status == "rejected" and not outcome.error_class:
+        observed = outcome.exception_type or "rejected"
+    else:
+        observed = outcome.label
     return {
-        "observed": outcome.label if outcome.status != "timeout" else "timeout",
+        "observed": observed,
         "stage": outcome.stage,
         "exception_type": outcome.exception_type,
         "output_checked": outcome.status == ACCEPTED and row.reduce is not None,
     }
 
 
+def changed_rows(observed: dict, recorded: dict) -> list[str]:
+    """Rows whose outcome differs between two runs of the same version (empty: unchanged)."""
+    found = []
+    for name in sorted(set(observed) | set(recorded)):
+        was, now = recorded.get(name), observed.get(name)
+        if was is None:
+            found.append(f"{name!r}: no recorded outcome (observed {now['observed']!r})")
+        elif now is None:
+            found.append(f"{name!r}: recorded {was['observed']!r} but not run")
+        elif (was["observed"], was.get("stage"), was.get("output_checked")) != (
+                now["observed"], now.get("stage"), now.get("output_checked")):
+            found.append(f"{name!r}: recorded {was['observed']!r} ({was.get('stage')}), "
+                         f"observed {now['observed']!r} ({now.get('stage')})")
+    return found
+
+
 def problems(markdown: str, rows: Sequence[MatrixRow] = ROWS, results: dict | None = None) -> list[str]:
-    """Every way the reference's table, the rows and the recorded results disagree."""
+    """Every way the reference's table, the rows and the recorded results disagree.
+
+    ``results`` maps versions to recorded rows; the pinned version's outcomes
+    must equal each row's ``expected``, every other version must have a
+    recorded outcome for every row.
+    """
     found: list[str] = []
-    results = load_results() if results is None else results
+    results = load_all_results() if results is None else results
     names = [row.name for row in rows]
     if len(set(names)) != len(names):
         found.append("duplicate row names")
-    for row in rows:
-        result = results.get(row.name)
-        if result is None:
-            found.append(f"no recorded result for row {row.name!r}")
-        elif result["observed"] != row.expected:
-            found.append(f"row {row.name!r}: expected {row.expected!r}, recorded {result['observed']!r}")
-    for name in set(results) - set(names):
-        found.append(f"recorded result for unknown row {name!r}")
+    for version, recorded in results.items():
+        for row in rows:
+            result = recorded.get(row.name)
+            if result is None:
+                found.append(f"no recorded result for row {row.name!r} under pyspark {version}")
+            elif version == PINNED_VERSION and result["observed"] != row.expected:
+                found.append(f"row {row.name!r}: expected {row.expected!r}, recorded {result['observed']!r}")
+        for name in set(recorded) - set(names):
+            found.append(f"recorded result for unknown row {name!r} under pyspark {version}")
+    if PINNED_VERSION not in results:
+        found.append(f"no recorded results for pyspark {PINNED_VERSION}")
     if TABLE_START not in markdown or TABLE_END not in markdown:
         found.append("table markers missing from the reference")
         return found
@@ -593,11 +785,6 @@ def problems(markdown: str, rows: Sequence[MatrixRow] = ROWS, results: dict | No
         found.append("the reference's matrix table differs from render_table(); "
                      "regenerate it with `python scripts/skills.py generate`")
     return found
-
-
-def markdown_block(results_file: dict) -> str:
-    """The reference's table from the parsed results file (the generator `skills.py generate` calls)."""
-    return render_table(ROWS, results_file["rows"])
 
 
 def write_reference_tables() -> list[str]:
@@ -615,9 +802,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--write", action="store_true",
                        help="rewrite the table wherever the pack embeds it (same as `scripts/skills.py generate`)")
     group.add_argument("--print", action="store_true", help="print the rendered table")
+    group.add_argument("--run", metavar="JSON", help="run every row on this interpreter's PySpark "
+                       "and write the outcomes to JSON (used by pack_lab/spark_versions.py)")
     args = parser.parse_args(argv)
     if args.print:
-        print(render_table(ROWS, load_results()))
+        print(render_table(ROWS, load_all_results()))
+        return 0
+    if args.run:
+        import tempfile
+
+        out = Path(args.run)
+        with tempfile.TemporaryDirectory(prefix="rtm-matrix-") as work:
+            run = run_all(work, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(out)
         return 0
     if args.write:
         for changed in write_reference_tables():

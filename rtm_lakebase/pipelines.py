@@ -8,6 +8,11 @@ real-time mode (RTM) in open-source Spark 4.3 (verified by
 real-time mode reference). :func:`start_real_time` and
 :func:`start_micro_batch` start any of them into a ``foreach`` writer.
 
+Use one stateful pipeline per real-time query on Databricks: chaining two
+(e.g. ``device_totals_aggregate(dedup_events(events))``) needs two shuffles,
+which open-source 4.3 runs but Databricks rejects (``SHUFFLE_MORE_THAN_ONCE``);
+chain two queries through a Kafka topic instead.
+
 The ``expected_*`` functions compute, in plain Python, what each pipeline
 must emit for a list of input rows; the tests compare the real query's
 output with them.

@@ -108,33 +108,9 @@ def _from_docs_dir(markdown: str, page, config) -> str:
     return _REL_LINK_RE.sub(repl, markdown)
 
 
-#: Charts the benchmark scripts draw from their JSON into benchmarks/results/ (by file name), shown on the
-#: benchmarks page when present; any other PNG there is shown too, captioned by its name.
-CHARTS = {
-    "foreach_latency.png": "Python foreach latency, source to sink (p50 and p99), real-time mode and "
-                           "micro-batch cases (benchmarks/foreach_latency.py)",
-    "sink_benchmark.png": "Rows per second into Postgres for each write path, against COPY "
-                          "(benchmarks/sink_benchmark.py)",
-}
-
-
-def charts_section(results: Path) -> str:
-    """A "Charts" section embedding every PNG in ``results`` (empty when there are none)."""
-    pngs = sorted(p.name for p in results.glob("*.png"))
-    if not pngs:
-        return ""
-    lines = ["", "## Charts", ""]
-    for name in pngs:
-        caption = CHARTS.get(name, name[:-4].replace("_", " "))
-        lines += [f"![{caption}](results/{name})", "", f"*{caption}*", ""]
-    return "\n".join(lines)
-
-
 def on_page_markdown(markdown: str, page, config, files) -> str:
     """Links as the site lays files out, and links to published modules pointed at their pages (``x.py`` → ``x.md``)."""
     markdown = _from_docs_dir(markdown, page, config)
-    if page.file.src_uri == "benchmarks/README.md":
-        markdown = markdown.rstrip("\n") + "\n" + charts_section(ROOT / "benchmarks" / "results")
     base = posixpath.dirname(page.file.src_uri)
 
     def repl(m: re.Match) -> str:

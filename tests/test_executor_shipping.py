@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-_IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "site", "dist", "build", "__pycache__",
+_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "node_modules", "site", "dist", "build", "__pycache__",
                                  "*.egg-info", "test-artifacts", "spark-warehouse", "metastore_db")
 
 DRIVER = r'''

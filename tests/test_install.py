@@ -37,7 +37,7 @@ from skillcheck.package import build_package, check_package, install_files  # no
 from skillcheck.plugin_manifests import MANIFESTS, check_plugin_manifests, skill_files_under  # noqa: E402
 
 NAME = "spark-rtm-lakebase"
-_CLONE_IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "site", "dist", "__pycache__",
+_CLONE_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "node_modules", "site", "dist", "__pycache__",
                                        "*.egg-info", "test-artifacts", ".pytest_cache")
 
 

@@ -325,7 +325,7 @@ def test_page_renders_in_the_browser(browser, base_url, path, source):
 
 
 def test_benchmarks_page_shows_every_chart(browser, base_url):
-    """The charts the benchmark scripts draw (benchmarks/results/*.png) are embedded and load."""
+    """Each chart the benchmark scripts draw (benchmarks/results/*.png) is embedded exactly once and loads."""
     pngs = sorted(p.name for p in (REPO / "benchmarks" / "results").glob("*.png"))
     browser.open(urljoin(base_url, "benchmarks/"))
     images = browser.wait_js(

@@ -30,6 +30,10 @@ NODE_NAMED = {
 }
 
 
+DATABRICKS_DOCS = ("https://docs.databricks.com/", "https://learn.microsoft.com/en-us/azure/databricks/",
+                   "https://docs.azure.cn/zh-cn/databricks/")
+
+
 @pytest.fixture(scope="module")
 def static(spark):
     return sm.static_table(spark).cache()
@@ -41,7 +45,8 @@ def _record_results():
     if os.environ.get("UPDATE_MATRIX") == "1" and len(_observed) == len(sm.ROWS):
         import pyspark
 
-        sm.save_results(dict(_observed), pyspark.__version__)
+        sm.save_results(dict(_observed), pyspark.__version__,
+                        meta={"trigger_api": "realTime= keyword", "lab_source": "LowLatencyMemoryStream"})
 
 
 @pytest.mark.spark
@@ -69,7 +74,8 @@ def test_rows_are_well_formed():
     assert set(NODE_NAMED) <= set(names)  # a renamed row must not silently drop its node check
     for row in sm.ROWS:
         assert row.category in {"operator", "sink", "source", "output mode", "trigger", "sizing"}
-        assert row.citation.startswith("https://docs.databricks.com/"), row.name
+        # Databricks' docs, or their Azure copies (which sometimes carry a newer page version).
+        assert row.citation.startswith(DATABRICKS_DOCS), row.name
         if row.expected == sm.ACCEPTED:
             assert row.reduce is not None or row.note, f"{row.name}: accepted without an output check"
         else:
@@ -83,18 +89,28 @@ def test_recorded_results_and_reference_table_agree():
 
 
 def test_check_catches_a_stale_table():
-    results = sm.load_results()
+    results = sm.load_all_results()
     table = sm.render_table(sm.ROWS, results)
     good = f"# T\n\n{sm.TABLE_START}\n\n{table}\n\n{sm.TABLE_END}\n"
     assert sm.problems(good, results=results) == []
     stale = good.replace("accepted, output checked", "accepted", 1)
     assert any("differs" in p for p in sm.problems(stale, results=results))
     first = sm.ROWS[0].name
-    drifted = dict(results, **{first: dict(results[first], observed="SOMETHING_ELSE")})
+    pinned = results[sm.PINNED_VERSION]
+    drifted = dict(results, **{sm.PINNED_VERSION: dict(pinned, **{first: dict(pinned[first], observed="SOMETHING_ELSE")})})
     assert any("expected" in p for p in sm.problems(good, results=drifted))
-    missing = {k: v for k, v in results.items() if k != first}
+    missing = dict(results, **{sm.PINNED_VERSION: {k: v for k, v in pinned.items() if k != first}})
     assert any("no recorded result" in p for p in sm.problems(good, results=missing))
     assert sm.problems("# T\n", results=results) == ["table markers missing from the reference"]
+
+
+def test_a_classless_rejection_is_recorded_by_its_exception_type():
+    from pack_lab.rtm_probe import Outcome
+
+    row = sm.ROWS[0]
+    record = sm.result_record(Outcome("rejected", None, "build", "TypeError", "unexpected keyword"), row)
+    assert record["observed"] == "TypeError"
+    assert sm.result_record(Outcome("timeout"), row)["observed"] == "timeout"
 
 
 @pytest.mark.spark
