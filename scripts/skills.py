@@ -5,12 +5,15 @@
     python scripts/skills.py validate [--format text|json] [--root PATH] [--no-external]
     python scripts/skills.py rules
     python scripts/skills.py package [--root PATH] [--out DIR]
+    python scripts/skills.py check [--format text|json] PATH...
+    python scripts/skills.py eval grade DIR | eval run --agent "COMMAND {prompt_file} {answer_dir}"
 
 `generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
 summary line, and exits 1 when there are findings, 0 when clean; `rules` lists
-the finding codes; `package` builds the installed skill folder and its zip.
-Usage errors exit 2. No subcommand prints a traceback: an
+the finding codes; `package` builds the installed skill folder and its zip;
+`check` runs the code and prose rules on a user's files; `eval` grades and runs
+the evals. Usage errors exit 2. No subcommand prints a traceback: an
 unexpected error is one line on stderr (exit 3; SKILLS_DEBUG=1 shows the
 traceback).
 
@@ -36,6 +39,8 @@ COMMANDS: dict[str, str] = {
     "validate": "skillcheck.commands.validate",
     "rules": "skillcheck.commands.rules",
     "package": "skillcheck.commands.package",
+    "check": "skillcheck.commands.check",
+    "eval": "skillcheck.commands.eval",
 }
 
 

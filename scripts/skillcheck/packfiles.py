@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: Folders never scanned for Markdown: tools, builds, caches, and the validator's deliberately broken fixtures.
+#: Folders never scanned for Markdown: tools, builds, caches, the validator's deliberately broken fixtures,
+#: the user files `skills.py check` is tested on, and eval answers (graded by `skills.py eval`, some wrong on purpose).
 SKIP_DIRS = {"node_modules", "site", "__pycache__"}
-SKIP_PREFIXES = ("tests/validator/fixtures",)
+SKIP_PREFIXES = ("tests/validator/fixtures", "tests/check_files", "evals/answers")
 
 #: Folders of Python code that references may excerpt and link: the user's package
 #: (``rtm_lakebase``), the pack's own lab (``pack_lab``) and runnable examples.

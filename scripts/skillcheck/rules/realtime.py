@@ -131,7 +131,8 @@ def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
             value, _ = resolve(arg, l.env)
             if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.lower() != "update":
                 out.append(_finding(l, path, "RTM004", f"outputMode({value.value!r}) in a real-time query; only \"update\" runs"))
-    if not modes and chain.has("start", "toTable"):
+    # Only where this chain creates the writer: one received from elsewhere (a parameter) may have its mode.
+    if not modes and chain.has("writeStream") and chain.has("start", "toTable"):
         out.append(_finding(anchor, path, "RTM004", "real-time query without outputMode(\"update\") (the default, append, is rejected)"))
     for l in chain.named("dropDuplicatesWithinWatermark"):
         out.append(_finding(l, path, "RTM005", "dropDuplicatesWithinWatermark is not supported in a real-time query"))

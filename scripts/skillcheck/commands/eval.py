@@ -1,0 +1,73 @@
+"""``skills.py eval grade DIR`` and ``skills.py eval run --agent "COMMAND {prompt_file} {answer_dir}"``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "grade eval answers (eval grade DIR), or run an assistant with and without the skill (eval run --agent ...)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run}")
+    g = sub.add_parser("grade", help="grade a folder of answers (DIR/<task name>/) against evals/evals.json")
+    g.add_argument("dir", help="folder holding one sub-folder per task")
+    _common(g)
+    r = sub.add_parser("run", help="run an assistant once with the skill installed and once without; grade both")
+    r.add_argument("--agent", required=True,
+                   help='command line with {prompt_file} and {answer_dir}, e.g. "claude -p --dangerously-skip-permissions '
+                        '\\"$(cat {prompt_file})\\""; it runs with HOME set to a temporary home and the answer folder as cwd')
+    r.add_argument("--timeout", type=float, default=900.0, help="seconds per task and agent run (default 900)")
+    r.add_argument("--keep", metavar="DIR", help="keep homes, prompts and answers under DIR (default: a temporary folder)")
+    _common(r)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", help="comma-separated task names (default: all)")
+    p.add_argument("--out", help="folder for report.json and report.md (default: DIR/_report for grade, the run folder for run)")
+    p.add_argument("--evals", help="evals.json to use (default: evals/evals.json)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _log(msg: str) -> None:
+    print(f"[eval] {msg}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from ..evals.grade import EVALS_FILE, EvalsFileError, load_tasks
+    from . import UsageError
+
+    try:
+        tasks = load_tasks(Path(args.evals) if args.evals else EVALS_FILE)
+    except EvalsFileError as exc:
+        raise UsageError(str(exc)) from None
+    only = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    if only:
+        unknown = sorted(set(only) - {t["name"] for t in tasks["evals"]})
+        if unknown:
+            raise UsageError(f"unknown task(s): {', '.join(unknown)}")
+
+    if args.eval_command == "grade":
+        from ..evals.grade import grade_dir, markdown, write_reports
+
+        folder = Path(args.dir)
+        if not folder.is_dir():
+            raise UsageError(f"{args.dir}: not a folder of answers")
+        report = grade_dir(folder, tasks, only, log=_log)
+        j, m = write_reports(report, Path(args.out) if args.out else folder / "_report")
+        print(json.dumps(report, indent=2) if args.format == "json" else markdown(report) + f"\nreports: {j} {m}")
+        return 0 if report["summary"]["passed"] == report["summary"]["tasks"] else 1
+
+    from ..evals.run import AgentUnavailable, run_both
+
+    try:
+        result = run_both(args.agent, tasks, only, timeout=args.timeout, keep=Path(args.keep) if args.keep else None,
+                          out=Path(args.out) if args.out else None, log=_log)
+    except AgentUnavailable as exc:
+        print(f"skills.py eval run: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result["summary"], indent=2) if args.format == "json" else result["text"])
+    return 0

@@ -1,0 +1,275 @@
+"""Static, numeric and rubric checks of one eval answer (no code of the answer is run here).
+
+Every check takes ``(answer: Answer, spec: dict)`` and returns a
+:class:`Outcome`; the first failing one is a task's verdict. Code checks use
+the same rule engine as ``skills.py check`` (:mod:`skillcheck.usercheck`),
+not a second copy of the rules.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..findings import Finding
+from ..limits import MAX_FILE_BYTES
+from ..rules.flow import Flow
+from ..usercheck import check_file
+
+MAX_ANSWER_FILES = 20
+
+
+@dataclass
+class Outcome:
+    check: str
+    passed: bool
+    evidence: str = ""
+    error: bool = False  # the grader itself failed (no Postgres, no Spark): the answer was not judged
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "passed": self.passed, "evidence": self.evidence, "error": self.error}
+
+
+@dataclass
+class Answer:
+    """The files an assistant wrote for one task (``DIR/<task name>/``)."""
+
+    folder: Path
+    _text: dict[str, str | None] = field(default_factory=dict)
+
+    def exists(self, name: str) -> bool:
+        return (self.folder / name).is_file()
+
+    def text(self, name: str) -> str | None:
+        if name not in self._text:
+            p = self.folder / name
+            try:
+                if not p.is_file() or p.stat().st_size > MAX_FILE_BYTES:
+                    self._text[name] = None
+                else:
+                    self._text[name] = p.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                self._text[name] = None
+        return self._text[name]
+
+    def tree(self, name: str) -> ast.Module | None:
+        src = self.text(name)
+        if src is None:
+            return None
+        try:
+            return ast.parse(src)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+    def json(self, name: str) -> Any:
+        src = self.text(name)
+        if src is None:
+            return None
+        try:
+            return json.loads(src)
+        except (ValueError, RecursionError):
+            return None
+
+    def all_text(self) -> str:
+        names = sorted(p.name for p in self.folder.iterdir() if p.is_file())[:MAX_ANSWER_FILES] if self.folder.is_dir() else []
+        return "\n".join(t for t in (self.text(n) for n in names) if t)
+
+
+def _top_names(tree: ast.Module) -> dict[str, ast.AST]:
+    out: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = node
+    return out
+
+
+def interface(answer: Answer, spec: dict) -> Outcome:
+    """Every named file exists; .py files define the named top-level names, .json files hold the named keys."""
+    for name, wanted in spec["files"].items():
+        if not answer.exists(name):
+            return Outcome("interface", False, f"{name} not written")
+        if name.endswith(".py"):
+            tree = answer.tree(name)
+            if tree is None:
+                return Outcome("interface", False, f"{name} is not valid Python (or not UTF-8)")
+            missing = [n for n in wanted if n not in _top_names(tree)]
+            if missing:
+                return Outcome("interface", False, f"{name} does not define {', '.join(missing)}")
+        elif name.endswith(".json"):
+            data = answer.json(name)
+            if not isinstance(data, dict):
+                return Outcome("interface", False, f"{name} is not a JSON object")
+            missing = [n for n in wanted if n not in data]
+            if missing:
+                return Outcome("interface", False, f"{name} lacks the keys {', '.join(missing)}")
+        elif answer.text(name) is None:
+            return Outcome("interface", False, f"{name} is not readable UTF-8 text")
+    return Outcome("interface", True)
+
+
+def rules(answer: Answer, spec: dict) -> Outcome:
+    """The answer's .py/.md files pass ``skills.py check`` (the pack's rule engine)."""
+    found: list[Finding] = []
+    for name in spec.get("files") or sorted(p.name for p in answer.folder.iterdir()
+                                            if p.suffix in (".py", ".md", ".ipynb")):
+        if answer.exists(name):
+            found += [f for f in check_file(answer.folder, name, name) if f.code not in spec.get("ignore", ())]
+    if found:
+        return Outcome("rules", False, f"{len(found)} finding(s); first: {sorted(found)[0].text()}")
+    return Outcome("rules", True)
+
+
+def _function_chains(tree: ast.Module, function: str):
+    node = _top_names(tree).get(function)
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    lo, hi = node.lineno, node.end_lineno or node.lineno
+    return [c for c in Flow(tree).chains if c.links and lo <= c.links[-1].attr.lineno <= hi]
+
+
+def chain(answer: Answer, spec: dict) -> Outcome:
+    """A query chain in ``function`` (variables and helpers followed) has every step in ``has``, none in ``not``.
+
+    ``has`` items are method names, or ``name=value`` for a first argument / keyword that must equal a constant
+    (``format=postgresql``, ``outputMode=update``), or ``name:keyword`` for a keyword that must be present
+    (``trigger:realTime``).
+    """
+    name, function = spec["file"], spec["function"]
+    tree = answer.tree(name)
+    if tree is None:
+        return Outcome("chain", False, f"{name} missing or not valid Python")
+    chains = _function_chains(tree, function)
+    if chains is None:
+        return Outcome("chain", False, f"{name} has no function {function}()")
+
+    def step_ok(c, step: str) -> bool:
+        if ":" in step:
+            meth, kw = step.split(":", 1)
+            return any(l.keyword(kw) is not None for l in c.named(meth))
+        if "=" in step:
+            meth, value = step.split("=", 1)
+            for l in c.named(meth):
+                args = l.call.args if l.call is not None else []
+                if args and isinstance(args[0], ast.Constant) and str(args[0].value).lower() == value.lower():
+                    return True
+            return False
+        return c.has(step)
+
+    for c in chains:
+        if all(step_ok(c, s) for s in spec.get("has", ())) and not any(step_ok(c, s) for s in spec.get("not", ())):
+            return Outcome("chain", True)
+    want = ", ".join(spec.get("has", ()))
+    # The closest chain as evidence: the one with the most wanted steps.
+    best = max(chains, key=lambda c: sum(step_ok(c, s) for s in spec.get("has", ())), default=None)
+    shown = ".".join(l.name for l in best.links) if best else "no chain"
+    bad = [s for s in spec.get("not", ()) if best and step_ok(best, s)]
+    extra = f"; it also has {', '.join(bad)}" if bad else ""
+    return Outcome("chain", False, f"no chain in {function}() has all of [{want}]{extra}; closest: {shown}")
+
+
+def _pattern_list(spec_value) -> list[tuple[str, str]]:
+    """[(regex, label)] from a list of strings or of [regex, label] pairs."""
+    out = []
+    for item in spec_value:
+        if isinstance(item, str):
+            out.append((item, item))
+        else:
+            out.append((item[0], item[1]))
+    return out
+
+
+def _scope_text(answer: Answer, spec: dict) -> str:
+    files = spec.get("files")
+    if files:
+        return "\n".join(t for t in (answer.text(f) for f in files) if t)
+    return answer.all_text()
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line.split("#", 1)[0] if not line.lstrip().startswith(("'", '"')) else line
+                     for line in text.splitlines())
+
+
+def absent(answer: Answer, spec: dict) -> Outcome:
+    """None of the patterns occurs (in code: comments ignored)."""
+    text = _scope_text(answer, spec)
+    if spec.get("code"):
+        text = _strip_comments(text)
+    for regex, label in _pattern_list(spec["patterns"]):
+        m = re.search(regex, text, re.I | re.M)
+        if m:
+            return Outcome("absent", False, f"{label}: found {m.group(0)!r}")
+    return Outcome("absent", True)
+
+
+def present(answer: Answer, spec: dict) -> Outcome:
+    """Every pattern occurs."""
+    text = _scope_text(answer, spec)
+    if spec.get("code"):
+        text = _strip_comments(text)
+    for regex, label in _pattern_list(spec["patterns"]):
+        if not re.search(regex, text, re.I | re.M):
+            return Outcome("present", False, f"missing: {label}")
+    return Outcome("present", True)
+
+
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def rubric(answer: Answer, spec: dict) -> Outcome:
+    """Explanations: every keyword group (any alternative) occurs; no wrong cause is asserted.
+
+    A wrong cause inside a sentence that denies it ("not the GIL") does not fail the answer.
+    """
+    text = _scope_text(answer, spec)
+    if not text.strip():
+        return Outcome("rubric", False, "no answer text")
+    if len(text.split()) < spec.get("min_words", 40):
+        return Outcome("rubric", False, f"answer has {len(text.split())} words, fewer than {spec.get('min_words', 40)}")
+    for group in spec["keywords"]:
+        alternatives = group if isinstance(group, list) else [group]
+        if not any(re.search(a, text, re.I) for a in alternatives):
+            return Outcome("rubric", False, f"does not mention {' / '.join(alternatives)}")
+    negation = re.compile(r"\b(?:not|no|never|isn't|aren't|doesn't|don't|rather than|instead of|myth|wrong)\b", re.I)
+    for sentence in _SENTENCE_RE.split(text):
+        for regex, label in _pattern_list(spec.get("wrong", [])):
+            m = re.search(regex, sentence, re.I)
+            if m and not negation.search(sentence):
+                return Outcome("rubric", False, f"wrong cause ({label}): {sentence.strip()[:160]!r}")
+    return Outcome("rubric", True)
+
+
+def numbers(answer: Answer, spec: dict) -> Outcome:
+    """answer.json values equal what the pack's own calculators give (``expected`` computed by a named function)."""
+    from . import expected as expected_values
+
+    data = answer.json(spec["file"])
+    if not isinstance(data, dict):
+        return Outcome("numbers", False, f"{spec['file']} missing or not a JSON object")
+    want = getattr(expected_values, spec["expected"])()
+    tol = float(spec.get("tolerance", 0))
+    for key, value in want.items():
+        got = data.get(key)
+        if isinstance(value, bool) or isinstance(value, str):
+            ok = got == value
+        else:
+            ok = isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - value) <= tol
+        if not ok:
+            return Outcome("numbers", False, f"{key}: expected {value!r}, answer says {got!r}")
+    return Outcome("numbers", True)
+
+
+STATIC: dict[str, Callable[[Answer, dict], Outcome]] = {
+    "interface": interface, "rules": rules, "chain": chain, "absent": absent, "present": present,
+    "rubric": rubric, "numbers": numbers,
+}

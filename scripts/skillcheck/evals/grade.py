@@ -1,0 +1,197 @@
+"""Grade a folder of answers (``DIR/<task name>/``) against evals/evals.json; write JSON and Markdown reports.
+
+Each task lists its checks in order; a task passes when all pass, and its
+report names the first failing check with its evidence. Check kinds:
+static ones (:mod:`checks`), ``run`` (a child-process driver against a real
+Postgres) and ``spark`` (the task's query on the local real-time lab).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checks import STATIC, Answer, Outcome
+
+ROOT = Path(__file__).resolve().parents[3]
+EVALS_FILE = ROOT / "evals" / "evals.json"
+CATEGORIES = ("routing", "code", "numbers", "explanation")
+
+
+class EvalsFileError(Exception):
+    pass
+
+
+def load_tasks(path: Path = EVALS_FILE) -> dict:
+    """evals.json, checked: the published fields (skill_name; evals[].id/prompt/expected_output/files/assertions)
+    and this pack's (name, category, interface, checks with known kinds)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalsFileError(f"{path}: cannot read evals: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("evals"), list) or not isinstance(data.get("skill_name"), str):
+        raise EvalsFileError(f"{path}: needs skill_name and an evals list")
+    ids, names = set(), set()
+    for t in data["evals"]:
+        for key, kind in (("id", int), ("name", str), ("category", str), ("prompt", str), ("expected_output", str),
+                          ("files", list), ("assertions", list), ("interface", str), ("checks", list)):
+            if not isinstance(t.get(key), kind):
+                raise EvalsFileError(f"{path}: task {t.get('id')!r} field {key!r} missing or not {kind.__name__}")
+        if t["id"] in ids or t["name"] in names:
+            raise EvalsFileError(f"{path}: duplicate task id or name {t['id']} {t['name']}")
+        if t["category"] not in CATEGORIES:
+            raise EvalsFileError(f"{path}: task {t['name']}: category must be one of {CATEGORIES}")
+        for c in t["checks"]:
+            if c.get("kind") not in (*STATIC, "run", "spark"):
+                raise EvalsFileError(f"{path}: task {t['name']}: unknown check kind {c.get('kind')!r}")
+        ids.add(t["id"])
+        names.add(t["name"])
+    return data
+
+
+@dataclass
+class Context:
+    """Shared resources of one grading run: created on first use, closed at the end."""
+
+    pg_dsn: str | None = None
+    spark: object | None = None
+    log: Callable[[str], None] = lambda _m: None
+    _stack: ExitStack = field(default_factory=ExitStack)
+    _tmp: Path | None = None
+
+    def dsn(self) -> str:
+        if self.pg_dsn is None:
+            sys.path.insert(0, str(ROOT))
+            from pack_lab.local_postgres import postgres_dsn
+
+            self.log("starting Postgres (PG_DSN or a throwaway server)")
+            self.pg_dsn = self._stack.enter_context(postgres_dsn())
+        return self.pg_dsn
+
+    def session(self):
+        if self.spark is None:
+            sys.path.insert(0, str(ROOT))
+            from pack_lab.rtm_lab import build_session
+
+            self.log("starting the local real-time Spark lab (about 15 s)")
+            self.spark = build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals")
+            self.spark.sparkContext.setLogLevel("ERROR")  # the report is the output; Spark's warnings are noise
+            self._stack.callback(self.spark.stop)
+        return self.spark
+
+    def workdir(self) -> Path:
+        if self._tmp is None:
+            self._tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="rtm-evals-")))
+        return Path(tempfile.mkdtemp(dir=self._tmp))
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
+    kind = check["kind"]
+    label = check.get("label", kind)
+    try:
+        if kind in STATIC:
+            out = STATIC[kind](answer, check)
+            return Outcome(label, out.passed, out.evidence)
+        if kind == "run":
+            from .drive import run_child
+
+            try:
+                dsn = ctx.dsn() if check.get("postgres") else ""
+            except Exception as exc:
+                return Outcome(label, False, f"grader error (answer not judged): no Postgres: {str(exc)[:200]}", error=True)
+            ok, evidence = run_child(check["driver"], answer.folder, dsn)
+            return Outcome(label, ok, evidence)
+        if kind == "spark":
+            from .drive import SPARK_DRIVERS, CheckFailed
+
+            try:
+                session = ctx.session()
+            except Exception as exc:
+                return Outcome(label, False, f"grader error (answer not judged): no Spark lab: {str(exc)[:200]}", error=True)
+            try:
+                SPARK_DRIVERS[check["driver"]](answer.folder, session, ctx.workdir())
+            except CheckFailed as exc:
+                return Outcome(label, False, str(exc))
+            return Outcome(label, True)
+    except Exception as exc:  # an answer's code raising inside an in-process driver is a failed check
+        from .drive import GraderUnavailable
+
+        if isinstance(exc, GraderUnavailable) or type(exc).__name__ in ("PostgresUnavailable", "RealTimeModeUnavailable"):
+            return Outcome(label, False, f"grader error (answer not judged): {str(exc)[:300]}", error=True)
+        return Outcome(label, False, f"{type(exc).__name__}: {str(exc)[:300]}")
+    return Outcome(label, False, f"unknown check kind {kind}")
+
+
+def grade_task(task: dict, answer_dir: Path, ctx: Context) -> dict:
+    answer = Answer(answer_dir)
+    started = time.monotonic()
+    outcomes: list[Outcome] = []
+    if not answer_dir.is_dir():
+        outcomes.append(Outcome("answer", False, f"no answer folder {answer_dir.name}/"))
+    else:
+        for check in task["checks"]:
+            o = run_check(check, answer, ctx)
+            outcomes.append(o)
+            if not o.passed:
+                break
+    failed = next((o for o in outcomes if not o.passed), None)
+    return {"id": task["id"], "name": task["name"], "category": task["category"], "passed": failed is None,
+            "error": bool(failed and failed.error),
+            "first_failure": failed.as_dict() if failed else None, "checks": [o.as_dict() for o in outcomes],
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def grade_dir(folder: Path, tasks: dict, only: list[str] | None = None, ctx: Context | None = None,
+              log: Callable[[str], None] = lambda _m: None) -> dict:
+    own = ctx is None
+    ctx = ctx or Context(log=log)
+    results = []
+    try:
+        for task in tasks["evals"]:
+            if only and task["name"] not in only:
+                continue
+            log(f"grading {task['name']} ...")
+            results.append(grade_task(task, folder / task["name"], ctx))
+    finally:
+        if own:
+            ctx.close()
+    passed = sum(r["passed"] for r in results)
+    return {"skill_name": tasks["skill_name"], "answers": str(folder), "tasks": results,
+            "summary": {"tasks": len(results), "passed": passed, "errors": sum(r["error"] for r in results),
+                        "pass_rate": round(passed / len(results), 3) if results else 0.0}}
+
+
+def markdown(report: dict) -> str:
+    s = report["summary"]
+    lines = [f"# Eval report: {report['skill_name']}", "",
+             f"{s['passed']} of {s['tasks']} tasks pass (pass rate {s['pass_rate']:.0%}); answers from `{report['answers']}`.",
+             "", "| id | task | category | result | first failing check | evidence |", "| ---: | --- | --- | --- | --- | --- |"]
+    for r in report["tasks"]:
+        f = r["first_failure"]
+        ev = (f["evidence"] if f else "").replace("|", "\\|").replace("\n", " ")[:200]
+        verdict = "pass" if r["passed"] else ("ERROR" if r.get("error") else "FAIL")
+        lines.append(f"| {r['id']} | {r['name']} | {r['category']} | {verdict} | "
+                     f"{f['check'] if f else ''} | {ev} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(report: dict, out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    j, m = out / "report.json", out / "report.md"
+    j.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    m.write_text(markdown(report), encoding="utf-8")
+    return j, m
+
+
+def env_summary() -> str:
+    return f"PG_DSN {'set' if os.environ.get('PG_DSN') else 'not set (throwaway server)'}"
