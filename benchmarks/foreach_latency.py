@@ -390,10 +390,9 @@ def markdown_table(results: dict[str, Any]) -> str:
 
 
 def text_table(results: dict[str, Any]) -> str:
-    rows = [list(TABLE_COLUMNS)] + table_rows(results)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
+    from pack_lab.text_table import aligned
+
+    return aligned([list(TABLE_COLUMNS)] + table_rows(results))
 
 
 def update_readme() -> list[str]:

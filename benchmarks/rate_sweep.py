@@ -373,10 +373,9 @@ def markdown_table(results: dict[str, Any]) -> str:
 
 
 def text_table(results: dict[str, Any]) -> str:
-    rows = [list(COLUMNS)] + table_rows(results)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
+    from pack_lab.text_table import aligned
+
+    return aligned([list(COLUMNS)] + table_rows(results))
 
 
 def update_documents() -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pack_lab.demo_options import DemoOptions
+from pack_lab.text_table import aligned
 
 REPORT_NAME = "demo-report.json"
 CHART_NAME = "demo-latency.png"
@@ -59,9 +60,7 @@ def format_table(results: list[PathResult]) -> str:
         rows.append([res.title, str(res.rows_sent), str(res.distinct_sent), str(res.rows_in_table),
                      str(res.missing), str(res.duplicated), ms(lat, "p50"), ms(lat, "p95"),
                      ms(lat, "p99"), ms(lat, "max"), ms(eng, "p50"), "OK" if res.ok else "MISMATCH"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                               for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in rows)
+    return aligned(rows)
 
 
 def format_notes(results: list[PathResult]) -> list[str]:
