@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _readme_commands():
-    text = (ROOT / "README.md").read_text()
+    """The `bash …` lines of the README's "Two commands" section (Install has its own, e.g. package.sh)."""
+    text = (ROOT / "README.md").read_text().split("\n## Two commands\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     commands = []
     for block in blocks:
