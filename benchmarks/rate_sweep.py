@@ -59,7 +59,7 @@ DOC_START, DOC_END = "<!-- generated:rate-sweep -->", "<!-- /generated:rate-swee
 #: Every document that embeds the results table between the markers above.
 TABLE_DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "references" / "real-time-mode.md")
 
-PATHS = ("rtm-python", "rtm-jvm", "microbatch")
+PATHS = ("rtm-python", "rtm-fast-foreach", "rtm-jvm", "microbatch")
 DEFAULT_RATES: list[int | str] = [50, 200, 1000, "max"]
 #: Task slots: one source partition, a stateless query; two cores like the machine.
 CORES = 2
@@ -106,7 +106,11 @@ def start_query(path: str, df, dsn: str, table: str, checkpoint: str, trigger: s
 
     writer = PostgresForeachWriter(dsn, SinkSettings(table=table, mode="upsert", key_columns=("id",),
                                                      max_batch_rows=batch_rows, max_dwell_ms=dwell_ms))
-    trig = {"realTime": trigger} if path == "rtm-python" else {"processingTime": "0 seconds"}
+    trig = {"realTime": trigger} if path.startswith("rtm-") else {"processingTime": "0 seconds"}
+    if path == "rtm-fast-foreach":
+        from rtm_lakebase.foreach import start_foreach_query
+
+        return start_foreach_query(df, writer, checkpoint_location=checkpoint, trigger=trig, query_name=name)
     return (df.writeStream.queryName(name).foreach(writer).outputMode("update").trigger(**trig)
             .option("checkpointLocation", checkpoint).start())
 
@@ -439,6 +443,10 @@ def main(argv: list[str] | None = None, spark=None, dsn: str | None = None) -> i
             jars = jvm_sink_jars()
         except Exception as exc:
             jvm_why_not = str(exc).splitlines()[0]
+    if "rtm-fast-foreach" in paths:
+        from rtm_lakebase.foreach import foreach_jars
+
+        jars += foreach_jars()
     from pack_lab.interrupts import interrupts_raise
 
     with interrupts_raise(), contextlib.ExitStack() as stack:  # SIGTERM too: tables, folders, servers go

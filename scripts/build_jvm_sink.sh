@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds the JVM sink (rtm_lakebase/jvm/PostgresForeachWriter.java) into a cached jar and
-# makes sure the Postgres JDBC driver is there. Sourced by scripts/setup.sh after the venv
-# exists ($PY set); can also run alone: `bash scripts/build_jvm_sink.sh`.
+# Builds the pack's Java classes into cached jars and makes sure the Postgres JDBC driver is
+# there: the JVM sink (rtm_lakebase/jvm/PostgresForeachWriter.java → rtm_lakebase/jvm/build/)
+# and the fast Python foreach writer (rtm_lakebase/foreach/LowLatencyPythonForeachWriter.java →
+# rtm_lakebase/foreach/build/). Sourced by scripts/setup.sh after the venv exists ($PY set);
+# can also run alone: `bash scripts/build_jvm_sink.sh`.
 #
-# - The jar goes to rtm_lakebase/jvm/build/ (git-ignored). It is rebuilt only when the
-#   source, javac or pyspark changes (a content stamp); rtm-lakebase-jvm-sink.sha256 next to
-#   it records the source's hash, which rtm_lakebase.jvm_sink checks before using the jar.
+# - Each jar goes to its build/ folder (git-ignored). It is rebuilt only when its source,
+#   javac or pyspark changes (a content stamp); a .sha256 file next to it records the
+#   source's hash, which the Python side checks before using the jar.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink
@@ -15,14 +17,49 @@ if [ -z "${BASH_VERSION:-}" ]; then echo "build_jvm_sink.sh: run it with bash" >
 _jvm_sink_sourced=1
 [ "${BASH_SOURCE[0]}" = "$0" ] && _jvm_sink_sourced=0
 
-_jvm_sink_build() {
-  local root src build jar stamp_file sha_file py jars_dir javac_bin tmp src_sha stamp driver
-  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  src="$root/rtm_lakebase/jvm/PostgresForeachWriter.java"
-  build="$root/rtm_lakebase/jvm/build"
-  jar="$build/rtm-lakebase-jvm-sink.jar"
+# _jvm_compile SOURCE BUILD_DIR NAME LABEL: javac SOURCE against pyspark's jars into
+# BUILD_DIR/NAME.jar (+ NAME.sha256, the source's hash), unless the content stamp says it is current.
+# Uses $javac_bin, $jars_dir and $py from _jvm_sink_build.
+_jvm_compile() {
+  local src="$1" build="$2" name="$3" label="$4" jar stamp_file sha_file tmp src_sha stamp
+  jar="$build/$name.jar"
   stamp_file="$build/.build-stamp"
-  sha_file="$build/rtm-lakebase-jvm-sink.sha256"
+  sha_file="$build/$name.sha256"
+  src_sha="$(sha256sum "$src" | cut -d' ' -f1)"
+  stamp="$src_sha $("$javac_bin" -version 2>&1 | head -n 1) $(ls "$jars_dir" | grep -E '^spark-sql-api_' || true)"
+  if [ -f "$jar" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ]; then
+    return 0
+  fi
+  _jvm_say "compiling $label ($(basename "$src") → ${jar#"$root"/})"
+  mkdir -p "$build"
+  tmp="$(mktemp -d "$build/.tmp.XXXXXX")"
+  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "$src" >"$tmp/javac.log" 2>&1; then
+    cat "$tmp/javac.log" >&2
+    rm -rf "$tmp"
+    _jvm_say "javac failed on $src (messages above)"
+    return 1
+  fi
+  # Compiler warnings about Spark's own annotations are noise; anything about our file is shown.
+  grep -F "$(basename "$src")" "$tmp/javac.log" >&2 || true
+  (cd "$tmp/classes" && "$py" -c '
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: scripts/build_jvm_sink.sh\n\n")
+    for folder, _, files in sorted(os.walk(".")):
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            z.write(path, os.path.relpath(path, "."))
+' "$tmp/out.jar") || { rm -rf "$tmp"; _jvm_say "could not write the $label jar"; return 1; }
+  mv -f "$tmp/out.jar" "$jar"
+  printf '%s\n' "$src_sha" > "$sha_file"
+  printf '%s' "$stamp" > "$stamp_file"
+  rm -rf "$tmp"
+  return 0
+}
+
+_jvm_sink_build() {
+  local root py jars_dir javac_bin driver
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   py="${PY:-$root/.venv/bin/python}"
   local ci=0
   [ "${CI:-}" = "true" ] || [ "${CI:-}" = "1" ] && ci=1
@@ -63,50 +100,25 @@ _jvm_sink_build() {
     _jvm_apt_install openjdk-17-jdk-headless && javac_bin="$(command -v javac || true)"
   fi
   if [ -z "$javac_bin" ]; then
-    _jvm_say "javac not found: the JVM sink (rtm_lakebase/jvm) is not built and its tests will skip; the Python sink works. To build it, install a JDK 17+ (Debian/Ubuntu: sudo apt-get install openjdk-17-jdk-headless) and re-run"
+    _jvm_say "javac not found: the JVM sink (rtm_lakebase/jvm) and the fast foreach writer (rtm_lakebase/foreach) are not built and their tests will skip; the Python sink works. To build them, install a JDK 17+ (Debian/Ubuntu: sudo apt-get install openjdk-17-jdk-headless) and re-run"
     [ "$ci" = 1 ] && return 1
     return 0
   fi
 
-  # --- compile when the source, javac or pyspark changed ------------------------------
+  # --- compile when a source, javac or pyspark changed ---------------------------------
   jars_dir="$("$py" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)" \
     || { _jvm_say "pyspark is not importable with $py; cannot build the JVM sink"; return 1; }
   [ -d "$jars_dir" ] || { _jvm_say "pyspark's jars folder $jars_dir is missing; cannot build the JVM sink"; return 1; }
-  src_sha="$(sha256sum "$src" | cut -d' ' -f1)"
-  stamp="$src_sha $("$javac_bin" -version 2>&1 | head -n 1) $(ls "$jars_dir" | grep -E '^spark-sql-api_' || true)"
-  if [ -f "$jar" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ]; then
-    return 0
-  fi
-  _jvm_say "compiling the JVM sink ($(basename "$src") → ${jar#"$root"/})"
-  mkdir -p "$build"
-  tmp="$(mktemp -d "$build/.tmp.XXXXXX")"
-  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "$src" >"$tmp/javac.log" 2>&1; then
-    cat "$tmp/javac.log" >&2
-    rm -rf "$tmp"
-    _jvm_say "javac failed on $src (messages above)"
-    return 1
-  fi
-  # Compiler warnings about Spark's own annotations are noise; anything about our file is shown.
-  grep -F "$(basename "$src")" "$tmp/javac.log" >&2 || true
-  (cd "$tmp/classes" && "$py" -c '
-import os, sys, zipfile
-with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
-    z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: scripts/build_jvm_sink.sh\n\n")
-    for folder, _, files in sorted(os.walk(".")):
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            z.write(path, os.path.relpath(path, "."))
-' "$tmp/sink.jar") || { rm -rf "$tmp"; _jvm_say "could not write the JVM sink jar"; return 1; }
-  mv -f "$tmp/sink.jar" "$jar"
-  printf '%s\n' "$src_sha" > "$sha_file"
-  printf '%s' "$stamp" > "$stamp_file"
-  rm -rf "$tmp"
+  _jvm_compile "$root/rtm_lakebase/jvm/PostgresForeachWriter.java" "$root/rtm_lakebase/jvm/build" \
+    rtm-lakebase-jvm-sink "the JVM sink" || return 1
+  _jvm_compile "$root/rtm_lakebase/foreach/LowLatencyPythonForeachWriter.java" "$root/rtm_lakebase/foreach/build" \
+    rtm-lakebase-foreach "the fast foreach writer" || return 1
   return 0
 }
 
 if [ "$_jvm_sink_sourced" = 1 ]; then
-  _jvm_sink_build || die "the JVM sink could not be built (see the messages above)"
+  _jvm_sink_build || die "the JVM sink or the fast foreach writer could not be built (see the messages above)"
 else
   set -euo pipefail
-  _jvm_sink_build || { echo "build_jvm_sink: the JVM sink could not be built (see the messages above)" >&2; exit 1; }
+  _jvm_sink_build || { echo "build_jvm_sink: the JVM sink or the fast foreach writer could not be built (see the messages above)" >&2; exit 1; }
 fi
