@@ -121,7 +121,9 @@ def build_jvm_writer(df: DataFrame, writer: Any, *, max_batch_rows: int = 4096,
     from pyspark.core.rdd import _wrap_function
     from pyspark.serializers import AutoBatchedSerializer, CPickleSerializer
 
-    writer_class = jvm.rtm_lakebase.foreach.LowLatencyPythonForeachWriter
+    writer_class = jvm
+    for part in WRITER_CLASS.split("."):
+        writer_class = getattr(writer_class, part)
     if not isinstance(writer_class, JavaClass):
         try:
             jars = foreach_jars()
