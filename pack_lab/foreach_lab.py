@@ -193,6 +193,7 @@ def run_all(work: str) -> dict[str, Any]:
                 "deliver": deliver_all(spark, path, work, [1, 300, 1, 1200], trickle=2 if path == "fast" else 0,
                                        **({"max_batch_rows": 7} if path == "fast" else {})),
                 "raise": failing_query(spark, path, work, raise_on=7),
+                "kill": failing_query(spark, path, work, kill_on=5),
             }
             print(f"[foreach-lab] {path}: done", file=sys.stderr, flush=True)
     finally:
