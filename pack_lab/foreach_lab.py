@@ -52,7 +52,7 @@ class RecordingWriter:
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
         name = f"{partition_id}-{epoch_id}-{uuid.uuid4().hex[:8]}.jsonl"
-        self._file = open(os.path.join(self.folder, name), "a", encoding="utf-8")  # noqa: SIM115
+        self._file = open(os.path.join(self.folder, name), "a", encoding="utf-8")
         self._epoch = epoch_id
         self._write(event="open", partition=partition_id, epoch=epoch_id, pid=os.getpid())
         return True
