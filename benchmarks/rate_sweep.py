@@ -452,6 +452,32 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+FAST_COMPARED = ("rtm-python", "rtm-fast-foreach", "rtm-jvm")
+
+
+def fast_foreach_table(results: dict[str, Any]) -> str:
+    """The fast foreach path beside stock foreach and the JVM sink, same run (a generated block in the
+    references: ``<!-- generated:fast-foreach -->``)."""
+    lines = ["| rate (rows/s) | path | visible p50 | p99 | sustained/s | CPU s per 1,000 rows |",
+             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for p in results["points"]:
+        if p["path"] not in FAST_COMPARED or "visible" not in p:
+            continue
+        rate = f"max ({p['rate']:,})" if p.get("is_max") else f"{p['rate']:,}"
+        cpu = p.get("cpu_s_per_1000_rows")
+        lines.append(f"| {rate} | {PATH_LABELS[p['path']]} | {p['visible']['p50']:,.0f} ms | "
+                     f"{p['visible']['p99']:,.0f} ms | {p['sustained_rows_per_s']:,.0f} | "
+                     f"{'-' if cpu is None else f'{cpu:.2f}'} |")
+    m, fast = results["machine"], results.get("fast_foreach_target", {})
+    lines += ["", f"From `benchmarks/results/rate_sweep.json` ({results['date']}, {m['cores']} cores shared with "
+              f"other jobs: 1-minute load average {m['load_average_1m_at_start']:g} at the start, "
+              f"{m.get('load_average_1m_at_end', 0):g} at the end; real-time trigger {results['trigger']}, "
+              f"{results['seconds']:g} s of input per point, the pack's `PostgresForeachWriter` flushing at "
+              f"{results['dwell_ms']} ms). Fast path at {fast.get('rate', 1000):,} rows/s: "
+              f"**{fast.get('verdict', 'not measured')}**; highest rate: **{fast.get('sustained_verdict', 'not measured')}**."]
+    return "\n".join(lines)
+
+
 def text_table(results: dict[str, Any]) -> str:
     from pack_lab.text_table import aligned
 
