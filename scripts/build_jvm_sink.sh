@@ -7,7 +7,8 @@
 #
 # - Each jar goes to its build/ folder (git-ignored). It is rebuilt only when its source,
 #   javac or pyspark changes (a content stamp); a .sha256 file next to it records the
-#   source's hash, which the Python side checks before using the jar.
+#   source's hash, which the Python side (rtm_lakebase.jvm.sink, rtm_lakebase.foreach) checks before
+#   using the jar.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink

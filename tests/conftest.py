@@ -33,7 +33,7 @@ SHUFFLE_PARTITIONS = 2
 def spark():
     from pack_lab.rtm_lab import build_session
     from rtm_lakebase.foreach import FastForeachUnavailable, foreach_jars
-    from rtm_lakebase.jvm_sink import JvmSinkUnavailable, jvm_sink_jars
+    from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
     jars: list[str] = []
     try:  # the JVM sink's jars, when built (scripts/setup.sh builds them where javac exists)

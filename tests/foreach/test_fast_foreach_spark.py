@@ -14,7 +14,7 @@ import pytest
 from pack_lab import foreach_lab as lab
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
 from rtm_lakebase.foreach import FastForeachUnavailable, start_foreach_query
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 from tests.sink.helpers import CrashingWriter, make_table, table_rows
 
 pytestmark = [pytest.mark.spark]
