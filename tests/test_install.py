@@ -339,3 +339,46 @@ def test_install_commands_name_the_manifests_plugin_marketplace_and_repository()
         text = (REPO / rel).read_text(encoding="utf-8")
         for skills_dir in ("~/.claude/skills/", "~/.agents/skills/", "~/.cursor/skills/"):
             assert f"cp -r dist/{NAME} {skills_dir}" in text, (rel, skills_dir)
+
+
+# --- packaging needs no Java and no PySpark ------------------------------------------------------
+
+def _path_without_java(tmp_path: Path) -> str:
+    """A PATH holding every command of this one except java*, javac and the pack's own virtual environments."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        folder = Path(d)
+        if not folder.is_dir() or "/.venv/" in f"{folder}/" or "/.cache/" in f"{folder}/":
+            continue
+        for exe in folder.iterdir():
+            if exe.name.startswith(("java", "jar")) or (bin_dir / exe.name).exists():
+                continue
+            (bin_dir / exe.name).symlink_to(exe)
+    return str(bin_dir)
+
+
+def test_package_sh_builds_without_java_or_pyspark(clone, tmp_path):
+    import os
+
+    path = _path_without_java(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYTHON", "VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = path
+    assert subprocess.run(["bash", "-c", "command -v java || command -v javac"], env=env).returncode != 0
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(clone / "scripts" / "package.sh"), "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / NAME / "SKILL.md").is_file() and (out / f"{NAME}.zip").is_file()
+    assert check_plugin_drift(clone) == []
+    # the plugin it builds is the committed one, byte for byte
+    def tree(folder: Path) -> dict[str, bytes]:
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    assert tree(out / "plugins" / NAME) == tree(clone / PLUGIN)
+    venv_py = clone / ".cache" / "package-venv" / "bin" / "python"
+    probe = subprocess.run([str(venv_py), "-c", "import pyspark"], capture_output=True, text=True, env=env)
+    assert probe.returncode != 0 and "pyspark" in probe.stderr  # the packaging environment holds no Spark
+    assert not (clone / ".venv").exists() and not (clone / "node_modules").exists()
