@@ -41,9 +41,11 @@ source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's brows
 # --- Node tools (markdownlint) ---------------------------------------------------
 NEED_NODE="${PACK_NEED_NODE:-1}"
 if [ "$NEED_NODE" = "1" ]; then
-  command -v node >/dev/null 2>&1 || die "Node.js 20 or later is required for the Markdown linter. Install it (Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)."
-  node_major="$(node -p 'process.versions.node.split(".")[0]')"
-  [ "$node_major" -ge 20 ] || die "Node.js 20 or later is required for markdownlint-cli 0.48; found $(node --version)."
+  # One Node requirement: package.json "engines" (every locked package accepts it; tests/test_node_requirement.py).
+  NODE_REQUIRED="^20.17.0 || >=22.9.0"
+  command -v node >/dev/null 2>&1 || die "Node.js $NODE_REQUIRED is required for the Markdown linter. Install it (Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)."
+  node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit((a === 20 && b >= 17) || (a === 22 && b >= 9) || a >= 23 ? 0 : 1)' \
+    || die "Node.js $NODE_REQUIRED is required for markdownlint-cli 0.48; found $(node --version)."
   stamp_node="$(sha256sum package-lock.json | cut -c1-16)"
   if [ "$(cat node_modules/.setup-stamp 2>/dev/null)" != "$stamp_node" ]; then
     say "installing npm dev tools (markdownlint-cli)"

@@ -293,6 +293,18 @@ def test_codex_prompt_must_invoke_the_skill_by_name(clone, tmp_path):
     assert [(f.path, f.code) for f in check_plugin_manifests(pack)] == [("agents/openai.yaml", "PLUG003")]
 
 
+@pytest.mark.parametrize("text", ["Short text", "A" * 65])
+def test_codex_short_description_must_be_25_to_64_characters(clone, tmp_path, text):
+    pack = Path(shutil.copytree(clone, tmp_path / "pack"))
+    meta = pack / "agents" / "openai.yaml"
+    current = yaml.safe_load(meta.read_text())["interface"]["short_description"]
+    assert 25 <= len(current) <= 64
+    meta.write_text(meta.read_text().replace(current, text))
+    found = [(f.path, f.code, f.message) for f in check_plugin_manifests(pack)]
+    assert [(p, c) for p, c, _ in found] == [("agents/openai.yaml", "PLUG002")]
+    assert "interface/short_description" in found[0][2]
+
+
 def test_marketplace_source_without_a_plugin_manifest_is_reported(clone, tmp_path):
     pack = Path(shutil.copytree(clone, tmp_path / "pack"))
     (pack / "elsewhere").mkdir()
@@ -316,25 +328,22 @@ def test_validate_reports_manifest_findings_with_a_clear_line(clone, tmp_path):
 
 def _install_lines(rel: str) -> list[str]:
     doc = parse(rel, (REPO / rel).read_text(encoding="utf-8"))
-    return [line.strip() for b in doc.blocks for line in b.lines
-            if line.strip().startswith(("/plugin ", "codex plugin", "bash scripts/package.sh"))]
+    return [line.split("#")[0].strip() for b in doc.blocks for line in b.lines
+            if line.strip().startswith(("/plugin ", "claude plugin", "codex plugin", "bash scripts/package.sh"))]
 
 
-def test_readme_and_getting_started_give_the_same_install_commands():
-    readme, site = _install_lines("README.md"), _install_lines("docs/getting-started.md")
-    strip = [line.split("#")[0].strip() for line in readme]
-    assert strip == [line.split("#")[0].strip() for line in site] and len(strip) == 4, (readme, site)
-
-
-def test_install_commands_name_the_manifests_plugin_marketplace_and_repository():
-    import tomllib
-
-    repo_url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-    claude_market = json.loads((REPO / ".claude-plugin/marketplace.json").read_text())
-    lines = _install_lines("README.md")
-    assert f"/plugin marketplace add {repo_url}.git" in lines
-    assert f"/plugin install {NAME}@{claude_market['name']}" in lines
-    assert f"codex plugin marketplace add {repo_url}.git" in lines
+def test_readme_and_getting_started_give_the_commands_the_client_tests_run():
+    claude_market = json.loads((REPO / ".claude-plugin/marketplace.json").read_text())["name"]
+    codex_market = json.loads((REPO / ".agents/plugins/marketplace.json").read_text())["name"]
+    expected = ["bash scripts/package.sh",
+                "claude plugin marketplace add /path/to/clone", f"claude plugin install {NAME}@{claude_market}",
+                "codex plugin marketplace add /path/to/clone", f"codex plugin add {NAME}@{codex_market}"]
+    assert _install_lines("README.md") == expected
+    assert _install_lines("docs/getting-started.md") == expected
+    clients = (REPO / "tests" / "clients" / "test_clients.py").read_text()
+    for fragment in ('"plugin", "marketplace", "add"', '"plugin", "install", f"{NAME}@{NAME}"',
+                     '"plugin", "add", f"{NAME}@{NAME}"'):
+        assert fragment in clients  # the same commands, run by the real clients
     for rel in ("README.md", "docs/getting-started.md"):
         text = (REPO / rel).read_text(encoding="utf-8")
         for skills_dir in ("~/.claude/skills/", "~/.agents/skills/", "~/.cursor/skills/"):

@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.package import build_package  # noqa: E402
+from skillcheck.package import build_package
 
 pytestmark = pytest.mark.clients
 
