@@ -143,6 +143,16 @@ def test_claude_code_plugin_route(clients, clone, tmp_path):
     assert not list(cache.rglob("package.json")) and not (cache / "node_modules").exists()
 
 
+def test_claude_code_validator_passes_the_plugin_and_the_marketplace(clients, clone, tmp_path):
+    """Claude's own checker (manifests only: the init tests above prove the skill loads)."""
+    claude = _binary(clients, "node_modules/.bin/claude")
+    env = _env(tmp_path / "home")
+    plugin = _run([claude, "plugin", "validate", "--strict", str(clone / "plugins" / NAME)], env, tmp_path)
+    assert f"skills: {PLUGIN_SKILL}" in plugin.stdout and "Validation passed" in plugin.stdout, plugin.stdout
+    market = _run([claude, "plugin", "validate", "--strict", str(clone)], env, tmp_path)
+    assert "marketplace.json" in market.stdout and "Validation passed" in market.stdout, market.stdout
+
+
 def test_claude_code_personal_route(clients, packaged, tmp_path):
     claude = _binary(clients, "node_modules/.bin/claude")
     env = _env(tmp_path / "home")
