@@ -391,3 +391,16 @@ def test_package_sh_builds_without_java_or_pyspark(clone, tmp_path):
     probe = subprocess.run([str(venv_py), "-c", "import pyspark"], capture_output=True, text=True, env=env)
     assert probe.returncode != 0 and "pyspark" in probe.stderr  # the packaging environment holds no Spark
     assert not (clone / ".venv").exists() and not (clone / "node_modules").exists()
+
+
+def test_readme_names_the_client_versions_the_install_script_pins():
+    import re
+
+    script = (REPO / "scripts" / "install_clients.sh").read_text()
+    claude = re.search(r'^CLAUDE_CODE_VERSION="([^"]+)"', script, re.M).group(1)
+    codex = re.search(r'^CODEX_VERSION="([^"]+)"', script, re.M).group(1)
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"Claude Code {claude}" in text and f"Codex CLI {codex}" in text
+    assert "skills-ref 0.1.1" in text and '"skills-ref==0.1.1"' in (REPO / "pyproject.toml").read_text()
+    site = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert f"Claude Code\n{claude}" in site or f"Claude Code {claude}" in site
