@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from rtm_lakebase.sink_errors import BadRowError
-from rtm_lakebase.sink_rows import _describe_key, _is_nan, _short
+from rtm_lakebase.sink.errors import BadRowError
+from rtm_lakebase.sink.rows import _describe_key, _is_nan, _short
 
 
 class RowBuffer:

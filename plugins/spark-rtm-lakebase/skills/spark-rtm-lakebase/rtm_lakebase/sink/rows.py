@@ -24,7 +24,7 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any
 
-from rtm_lakebase.sink_errors import BadRowError, SinkError
+from rtm_lakebase.sink.errors import BadRowError, SinkError
 
 _NONE = type(None)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from rtm_lakebase.pg_connection import ConnectionSettings, as_connection_settings, redact
+from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 #: The Java class, compiled from ``rtm_lakebase/jvm/PostgresForeachWriter.java``.
 WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
 #: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
-JVM_DIR = Path(__file__).resolve().parent / "jvm"
+JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
 JAR_ENV = "RTM_JVM_SINK_JAR"

@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
 
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter
-    from rtm_lakebase.pg_connection import ConnectionSettings
+    from rtm_lakebase.postgres import ConnectionSettings
+    from rtm_lakebase.sink import PostgresForeachWriter
 
 REQUEST_SCHEMA_DDL = "transaction_id STRING, request_id STRING, ad_id STRING, event_ms BIGINT"
 ACK_SCHEMA_DDL = "transaction_id STRING, ack_id STRING, event_ms BIGINT"
@@ -177,7 +177,7 @@ def start_attribution_micro_batch(requests: DataFrame, acks: DataFrame, writer: 
                                   trigger: str = "1 second") -> StreamingQuery:
     """Open-source Spark: micro-batch. With processing-time timers a batch runs every
     ``trigger`` even without input, so windows close at most about a trigger late."""
-    from rtm_lakebase.pipelines import start_micro_batch
+    from rtm_lakebase.pipelines.real_time import start_micro_batch
 
     return start_micro_batch(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
 
@@ -187,7 +187,7 @@ def start_attribution_real_time(requests: DataFrame, acks: DataFrame, writer: An
                                 trigger: str = "5 minutes") -> StreamingQuery:
     """Databricks real-time mode: the same query and writer; only the trigger differs.
     ``trigger`` is the checkpoint interval. Open-source 4.3 stops this query with an error."""
-    from rtm_lakebase.pipelines import start_real_time
+    from rtm_lakebase.pipelines.real_time import start_real_time
 
     return start_real_time(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
 # --8<-- [end:start]
@@ -208,7 +208,7 @@ def create_attribution_table(conn: psycopg.Connection, table: str = "ad_attribut
 def attribution_writer(connection: ConnectionSettings | str,
                        table: str = "ad_attribution") -> PostgresForeachWriter:
     """The pack's Postgres writer, upserting on the pair key: a replayed row rewrites itself."""
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     return PostgresForeachWriter(connection, SinkSettings(table=table, mode="upsert",
                                                           key_columns=PAIR_KEY))

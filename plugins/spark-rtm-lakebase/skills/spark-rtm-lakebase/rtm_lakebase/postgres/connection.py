@@ -9,7 +9,7 @@ from the executor's environment as psycopg users expect (``PGHOST``,
 ``.pgpass``, a service file).
 
 Defaults: ``sslmode=require`` unless every place the connection can go is a
-Unix socket or a numeric loopback address (see :mod:`rtm_lakebase.pg_tls`),
+Unix socket or a numeric loopback address (see :mod:`rtm_lakebase.postgres.tls`),
 an explicit ``connect_timeout`` (``PGCONNECT_TIMEOUT``, else 10 s: psycopg's
 own default waits 130 s), an ``application_name``, and TCP keepalives so a
 dead peer is noticed.
@@ -32,7 +32,14 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from rtm_lakebase.pg_tls import SSLMODES, ConnectionSettingsError, TlsChoice, choose_sslmode, targets, warn_if_weak
+from rtm_lakebase.postgres.tls import (
+    SSLMODES,
+    ConnectionSettingsError,
+    TlsChoice,
+    choose_sslmode,
+    targets,
+    warn_if_weak,
+)
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,7 @@ function (picklable: a module-level function, bound to its endpoint with
 executor calls it for a new credential::
 
     from functools import partial
-    from rtm_lakebase.lakebase_oauth import lakebase_token
-    from rtm_lakebase.pg_connection import ConnectionSettings
+    from rtm_lakebase.postgres import ConnectionSettings, lakebase_token
 
     connection = ConnectionSettings(
         host="ep-example-123.database.us-west-2.cloud.databricks.com",

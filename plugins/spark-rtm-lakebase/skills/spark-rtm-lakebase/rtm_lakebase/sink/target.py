@@ -2,7 +2,7 @@
 
 Only the flusher thread uses it after ``open()``. A flush is one statement in
 autocommit (its own transaction). What happens when it fails depends on what
-retrying can change (:func:`~rtm_lakebase.sink_errors.classify`): a lost
+retrying can change (:func:`~rtm_lakebase.sink.errors.classify`): a lost
 connection is reconnected and the flush retried, a deadlock or serialization
 failure is retried on the same connection, both with bounded jittered
 backoff; anything else fails at once, with the bad row named when one row
@@ -15,12 +15,17 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
-from rtm_lakebase.pg_connection import ConnectionSettings, connect, redact
-from rtm_lakebase.pg_statements import (
+from rtm_lakebase.postgres.connection import ConnectionSettings, connect, redact
+from rtm_lakebase.sink.diagnosis import FlushDiagnosis
+from rtm_lakebase.sink.errors import Failure, SinkConnectionError, SinkError, classify
+from rtm_lakebase.sink.metrics import SinkMetrics
+from rtm_lakebase.sink.rows import ValueChecks
+from rtm_lakebase.sink.settings import SinkSettings
+from rtm_lakebase.sink.statements import (
     ColumnInfo,
     TableNotFound,
     copy_statement,
@@ -30,15 +35,8 @@ from rtm_lakebase.pg_statements import (
     table_identifier,
     upsert_statement,
 )
-from rtm_lakebase.sink_diagnosis import FlushDiagnosis
-from rtm_lakebase.sink_errors import Failure, SinkConnectionError, SinkError, classify
-from rtm_lakebase.sink_metrics import SinkMetrics
-from rtm_lakebase.sink_rows import ValueChecks
 
-if TYPE_CHECKING:
-    from rtm_lakebase.lakebase_sink import SinkSettings
-
-log = logging.getLogger("rtm_lakebase.lakebase_sink")
+log = logging.getLogger("rtm_lakebase.sink.writer")
 
 
 class PostgresTarget:

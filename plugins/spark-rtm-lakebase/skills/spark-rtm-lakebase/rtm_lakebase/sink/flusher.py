@@ -22,8 +22,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rtm_lakebase.sink_buffer import RowBuffer
-from rtm_lakebase.sink_errors import SinkError
+from rtm_lakebase.sink.buffer import RowBuffer
+from rtm_lakebase.sink.errors import SinkError
 
 log = logging.getLogger(__name__)
 

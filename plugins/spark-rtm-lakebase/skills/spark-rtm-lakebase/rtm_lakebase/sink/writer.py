@@ -7,11 +7,11 @@ micro-batch queries. One connection per task, opened in ``open()``; modes
 no-op updates, optional version guard), ``"insert_ignore"`` (``ON CONFLICT DO
 NOTHING``) and ``"append"`` (``COPY``). Its parts, one job each:
 
-- :mod:`~rtm_lakebase.sink_rows` — rows matched to columns by name; values checked per flush;
-- :mod:`~rtm_lakebase.sink_buffer` — one row per key, handed over sorted by key;
-- :mod:`~rtm_lakebase.sink_flusher` — the thread that writes full and old buffers;
-- :mod:`~rtm_lakebase.sink_target` — connection, statement, one flush with retries;
-- :mod:`~rtm_lakebase.sink_errors` and :mod:`~rtm_lakebase.sink_diagnosis` — what a
+- :mod:`~rtm_lakebase.sink.rows` — rows matched to columns by name; values checked per flush;
+- :mod:`~rtm_lakebase.sink.buffer` — one row per key, handed over sorted by key;
+- :mod:`~rtm_lakebase.sink.flusher` — the thread that writes full and old buffers;
+- :mod:`~rtm_lakebase.sink.target` — connection, statement, one flush with retries;
+- :mod:`~rtm_lakebase.sink.errors` and :mod:`~rtm_lakebase.sink.diagnosis` — what a
   failure is and which row caused it.
 
 A bad row raises :class:`BadRowError` naming its key and column, and nothing of
@@ -22,66 +22,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
-from rtm_lakebase.pg_connection import ConnectionSettings, as_connection_settings
-from rtm_lakebase.pg_statements import split_table_name
-from rtm_lakebase.sink_buffer import RowBuffer
-from rtm_lakebase.sink_errors import BadRowError, SinkConnectionError, SinkError
-from rtm_lakebase.sink_flusher import Flusher
-from rtm_lakebase.sink_metrics import SinkMetrics
-from rtm_lakebase.sink_rows import RowLayout
-from rtm_lakebase.sink_target import PostgresTarget
+from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings
+from rtm_lakebase.sink.buffer import RowBuffer
+from rtm_lakebase.sink.errors import SinkError
+from rtm_lakebase.sink.flusher import Flusher
+from rtm_lakebase.sink.metrics import SinkMetrics
+from rtm_lakebase.sink.rows import RowLayout
+from rtm_lakebase.sink.settings import SinkSettings
+from rtm_lakebase.sink.target import PostgresTarget
 
 log = logging.getLogger(__name__)
-
-SinkMode = Literal["upsert", "insert_ignore", "append"]
-MODES: tuple[str, ...] = get_args(SinkMode)
-
-
-# --8<-- [start:sink_settings]
-@dataclass(frozen=True)
-class SinkSettings:
-    """What to write and how. Every knob of the writer lives here."""
-
-    table: str                              # "events", "sales.events", '"Sales"."Events"' (as SQL reads it)
-    schema: str | None = None               # set: table is one exact name in this schema
-    mode: SinkMode = "upsert"               # "upsert" | "insert_ignore" | "append"
-    key_columns: tuple[str, ...] = ()       # () → the table's primary key
-    columns: tuple[str, ...] | None = None  # None → the first row's fields (every row must have them)
-    version_column: str | None = None       # upsert: only a strictly newer version replaces a row
-    skip_unchanged: bool = True             # upsert without version: skip identical updates
-    max_batch_rows: int = 1000              # flush when this many distinct keys are buffered
-    max_dwell_ms: int = 100                 # ... or when the oldest buffered row is this old
-    max_retries: int = 6                    # lost connections / lock conflicts retried before giving up
-    backoff_initial_ms: int = 250           # first retry delay; doubles, with jitter
-    backoff_max_ms: int = 5000              # cap of one retry delay
-# --8<-- [end:sink_settings]
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if not isinstance(self.table, str) or not self.table or "\x00" in self.table:
-            raise ValueError(f"table must be a non-empty name, got {self.table!r}")
-        if self.schema is None:
-            schema, table = split_table_name(self.table)
-            object.__setattr__(self, "schema", schema)
-            object.__setattr__(self, "table", table)
-        for name in ("key_columns", "columns"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                raise ValueError(f"{name} must be a tuple of column names, not the string {value!r}")
-            if value is not None:
-                object.__setattr__(self, name, tuple(value))
-        if self.version_column and self.mode != "upsert":
-            raise ValueError("version_column only applies to mode='upsert'")
-        if self.max_batch_rows < 1:
-            raise ValueError("max_batch_rows must be at least 1")
-        if self.max_dwell_ms < 0:
-            raise ValueError("max_dwell_ms must not be negative (0 disables time-based flushes)")
-        if self.max_retries < 0 or self.backoff_initial_ms < 0 or self.backoff_max_ms < 0:
-            raise ValueError("retry settings must not be negative")
 
 
 class PostgresForeachWriter:
@@ -200,5 +152,4 @@ def start_upsert_query(events, dsn: str, table: str, checkpoint: str, real_time:
 # --8<-- [end:start_query]
 
 
-__all__ = ["BadRowError", "ConnectionSettings", "MODES", "PostgresForeachWriter", "SinkConnectionError",
-           "SinkError", "SinkMode", "SinkSettings", "start_upsert_query"]
+__all__ = ["PostgresForeachWriter", "start_upsert_query"]

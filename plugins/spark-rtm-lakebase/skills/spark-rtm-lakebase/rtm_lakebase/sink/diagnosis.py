@@ -19,9 +19,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from rtm_lakebase.pg_statements import ColumnInfo
-from rtm_lakebase.sink_errors import BadRowError, Failure, SinkError, classify
-from rtm_lakebase.sink_rows import _describe_key
+from rtm_lakebase.sink.errors import BadRowError, Failure, SinkError, classify
+from rtm_lakebase.sink.rows import _describe_key
+from rtm_lakebase.sink.statements import ColumnInfo
 
 log = logging.getLogger(__name__)
 
