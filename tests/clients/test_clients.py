@@ -141,6 +141,13 @@ def test_claude_code_plugin_route(clients, clone, tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == [".claude-plugin", ".codex-plugin", ".cursor-plugin", "skills"]
     assert (cache / "skills" / NAME / "SKILL.md").is_file()
     assert not list(cache.rglob("package.json")) and not (cache / "node_modules").exists()
+    assert _user_package(cache / "skills" / NAME) == _user_package(REPO)
+
+
+def _user_package(folder: Path) -> set[str]:
+    """The user's package as shipped: every .py and .java under rtm_lakebase/ (checker and JVM source included)."""
+    return {p.relative_to(folder).as_posix() for p in (folder / "rtm_lakebase").rglob("*")
+            if p.suffix in (".py", ".java") and "__pycache__" not in p.parts and "build" not in p.parts}
 
 
 def test_claude_code_validator_passes_the_plugin_and_the_marketplace(clients, clone, tmp_path):
@@ -258,6 +265,7 @@ def test_codex_plugin_route(codex, clone, tmp_path):
     (skill,) = [s for s in entry["skills"] if s["name"] == PLUGIN_SKILL]
     assert skill["pluginId"] == f"{NAME}@{NAME}"
     assert Path(skill["path"]).parts[-3:] == ("skills", NAME, "SKILL.md")
+    assert _user_package(Path(skill["path"]).parent) == _user_package(REPO)
     _assert_codex_metadata(skill)
     summary = plugin["plugin"]["summary"]
     assert summary["installed"] and summary["enabled"]
