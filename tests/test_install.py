@@ -404,3 +404,15 @@ def test_readme_names_the_client_versions_the_install_script_pins():
     assert "skills-ref 0.1.1" in text and '"skills-ref==0.1.1"' in (REPO / "pyproject.toml").read_text()
     site = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
     assert f"Claude Code\n{claude}" in site or f"Claude Code {claude}" in site
+
+
+def test_markdown_checks_skip_the_built_and_generated_copies(clone, tmp_path):
+    """dist/ (built, gitignored) and plugins/ (generated, drift-checked whole) are copies, not sources."""
+    from skillcheck.packfiles import markdown_files
+
+    pack = Path(shutil.copytree(clone, tmp_path / "pack"))
+    (pack / "dist" / NAME / "references").mkdir(parents=True)
+    (pack / "dist" / NAME / "references" / "stale.md").write_text("# Stale\n\n[gone](nowhere.md)\n")
+    files = markdown_files(pack)
+    assert not [f for f in files if f.startswith(("dist/", "plugins/"))]
+    assert "references/kafka-streaming.md" in files
