@@ -416,3 +416,14 @@ def test_markdown_checks_skip_the_built_and_generated_copies(clone, tmp_path):
     files = markdown_files(pack)
     assert not [f for f in files if f.startswith(("dist/", "plugins/"))]
     assert "references/kafka-streaming.md" in files
+
+
+def test_package_without_plugin_metadata_builds_the_skill_and_says_so(tmp_path):
+    from tests.validator.packbuilder import make_pack
+
+    pack = make_pack(tmp_path / "mini")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "skills.py"), "package", "--root", str(pack)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "no [tool.skill.plugin]" in proc.stdout
+    assert (pack / "dist" / "mini-skill" / "SKILL.md").is_file() and not (pack / "plugins").exists()

@@ -255,6 +255,15 @@ def plugin_settings(root: Path) -> dict:
             "homepage": urls.get("Documentation") or repo_url}
 
 
+def has_plugin_settings(root: Path) -> bool:
+    """Whether pyproject.toml has a ``[tool.skill.plugin]`` table (a bare skill needs no plugin folder)."""
+    try:
+        data = tomllib.loads(read_text_checked(root, "pyproject.toml"))
+    except (OSError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(data.get("tool", {}).get("skill", {}).get("plugin"), dict)
+
+
 def plugin_manifests(root: Path) -> dict[str, bytes]:
     """Plugin-relative path -> bytes of each client's plugin manifest."""
     s = plugin_settings(root)

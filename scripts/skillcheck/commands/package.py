@@ -18,15 +18,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..package import PLUGINS_DIR, PackageError, build_package, build_plugin
+    from ..package import PLUGINS_DIR, PackageError, build_package, build_plugin, has_plugin_settings
 
     root = root_of(args)
     out = Path(args.out) if args.out else None
     try:
         folder, zip_path = build_package(root, out or root / "dist")
-        plugin = build_plugin(root, (out or root) / PLUGINS_DIR)
+        plugin = build_plugin(root, (out or root) / PLUGINS_DIR) if has_plugin_settings(root) else None
     except (PackageError, OSError) as exc:
         print(f"skills.py package: error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {folder}, {zip_path} and {plugin}")
+    print(f"wrote {folder}, {zip_path} and {plugin}" if plugin else
+          f"wrote {folder} and {zip_path} (no [tool.skill.plugin] in pyproject.toml: no plugin folder)")
     return 0
