@@ -133,6 +133,13 @@ _ALL = [
          "Point skills at a folder holding SKILL.md and marketplace sources at a folder holding the plugin manifest."),
     Code("PLUG006", "a skills path holds more than one SKILL.md (the tool would load each one)",
          "Keep exactly one SKILL.md under the plugin's skills path."),
+    Code("PLUG007", "the plugin folder plugins/<install-name>/ is missing or differs from what package writes (drift)",
+         "Run `python scripts/skills.py package` and commit; never edit the plugin folder by hand."),
+    Code("PLUG008", "a Codex or Cursor skills path is the plugin root ('./'): Codex ignores it (no skill loads), "
+         "Cursor's validator refuses it", "Put the skill in skills/<name>/ and set \"skills\": \"./skills/\"."),
+    Code("PLUG009", "a marketplace's plugin folder holds more than the plugin (package.json, agents/, tests ...): "
+         "clients copy it all and read package.json, agents/, commands/, hooks/ as plugin parts",
+         "Point the marketplace at the generated plugins/<install-name>/ (manifests and skills/ only)."),
     Code("PKG001", "a link in the installed skill (dist/<install-name>/) does not resolve inside it",
          "Link only to SKILL.md, references/, rtm_lakebase/, examples/; other files are rewritten to repository URLs."),
     Code("PKG002", "the installed skill cannot be built (e.g. a link leaves it and no repository URL is set)",

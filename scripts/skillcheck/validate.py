@@ -117,10 +117,10 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
     from .examples_import import check_imports
 
     out += check_imports(root)
-    from .package import check_pack_package
+    from .package import check_pack_package, check_plugin_drift
     from .plugin_manifests import check_plugin_manifests
 
-    out += check_plugin_manifests(root) + check_pack_package(root)
+    out += check_plugin_manifests(root) + check_pack_package(root) + check_plugin_drift(root)
     if external:
         from .external import run_markdownlint, run_mkdocs
 
