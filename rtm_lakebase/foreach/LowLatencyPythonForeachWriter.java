@@ -20,9 +20,8 @@
  *   2. Flushing: the runner's "timely flush" hook (a BasePythonRunner setting, off for
  *      foreach) is on with a zero timeout, so each batch goes to the worker's socket as soon
  *      as it is pickled instead of waiting for 64 KB.
- *   3. Fail fast: if the writer thread has failed (the Python writer raised, or the worker
- *      died), the next process() throws that error instead of buffering rows for nobody
- *      until close().
+ *   3. If the writer thread has already ended with an error (e.g. the worker's socket broke),
+ *      the next process() throws it instead of buffering more rows for nobody until close().
  * It extends PythonForeachWriter so Spark hands it UnsafeRows exactly as it does the stock
  * writer (ForeachWriterTable checks for that class); it overrides open/process/close and never
  * uses the parent's internals.

@@ -145,3 +145,4 @@ def test_restart_from_checkpoint_replays_and_the_pack_writer_keeps_the_table_exa
             assert conn.execute(f'SELECT count(*) FROM "{table_name}"').fetchone()[0] == 200
     finally:
         query.stop()
+
