@@ -46,6 +46,10 @@ ACCEPTED: dict[str, frozenset[type]] = {
     "interval": frozenset({dt.timedelta}),
     "uuid": frozenset({str, uuid.UUID}),
 }
+#: An array column takes a list (of lists, for more dimensions); Postgres checks the elements.
+_ARRAYS: frozenset[type] = frozenset({list, tuple})
+
+
 def _to_decimal(value: Any) -> Decimal:
     return value if isinstance(value, Decimal) else Decimal(repr(value) if type(value) is float else value)
 
@@ -216,7 +220,7 @@ class ValueChecks:
     def __init__(self, columns: Sequence[str], types: Sequence[str], ordered: Iterable[int] = ()):
         self.columns = tuple(columns)
         self.types = tuple(types)
-        self._accepted = [ACCEPTED.get(t) for t in self.types]
+        self._accepted = [ACCEPTED.get(t) or (_ARRAYS if t.endswith("[]") else None) for t in self.types]
         self._ordered = frozenset(ordered)
         self._aware: dict[int, bool] = {}  # column index → datetimes seen so far are aware
 
