@@ -42,8 +42,9 @@ ACCEPTED: dict[str, frozenset[type]] = {
     "date": frozenset({dt.date}),
     "timestamp without time zone": frozenset({dt.datetime}),
     "timestamp with time zone": frozenset({dt.datetime}),
-    "time without time zone": frozenset({dt.time}), "time with time zone": frozenset({dt.time}),
-    "interval": frozenset({dt.timedelta}),
+    # Spark has no type for these: their text ('13:45', '1 day 02:00') is parsed by Postgres, as an INSERT would.
+    "time without time zone": frozenset({dt.time, str}), "time with time zone": frozenset({dt.time, str}),
+    "interval": frozenset({dt.timedelta, str}),
     "uuid": frozenset({str, uuid.UUID}),
 }
 #: An array column takes a list (of lists, for more dimensions); Postgres checks the elements.

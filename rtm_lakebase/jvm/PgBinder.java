@@ -79,10 +79,15 @@ final class PgBinder {
         } else if (v instanceof Instant) {
             Instant instant = (Instant) v;
             if (column.isTimestampWithoutZone()) {
-                ps.setObject(index, LocalDateTime.ofInstant(instant, zone));
+                ps.setString(index, LocalDateTime.ofInstant(instant, zone).toString());
             } else {
-                ps.setObject(index, OffsetDateTime.ofInstant(instant, ZoneOffset.UTC));
+                ps.setString(index, OffsetDateTime.ofInstant(instant, ZoneOffset.UTC).toString());
             }
+        } else if (v instanceof LocalDateTime || v instanceof LocalDate || v instanceof java.time.LocalTime
+                || v instanceof OffsetDateTime) {
+            // ISO text, parsed by the server's cast: pgjdbc 42.5.5 moved a LocalDateTime in the JVM zone's
+            // DST gap (02:30 -> 03:30) when bound with setObject; text depends on no driver version.
+            ps.setString(index, v.toString());
         } else if (v instanceof byte[]) {
             ps.setBytes(index, (byte[]) v);
         } else {
