@@ -55,6 +55,7 @@ class PostgresTarget:
         self.version_column = pg_name(settings.version_column) if settings.version_column else None
         self.columns: tuple[str, ...] = ()
         self._convert: list[Callable[[Any], Any] | None] = []
+        self._transformer: Transformer | None = None
         self._statement: Any = None
         self._checks: ValueChecks | None = None
         self._diagnosis: FlushDiagnosis | None = None
@@ -145,22 +146,25 @@ class PostgresTarget:
     def _converter(self, info: ColumnInfo) -> Callable[[Any], Any] | None:
         """How a value travels, when not as it is: arrays as their text form, local times as instants."""
         if info.is_array and self.settings.mode != "append":  # COPY writes lists itself
-            transformer = Transformer(self.conn)
-
-            def as_text(value: Any) -> Any:
-                if value is None:
-                    return None
-                dumped = transformer.get_dumper(value, PyFormat.TEXT).dump(value)
-                return bytes(dumped).decode("utf-8")
-            return as_text
+            return self._array_text
         if info.base_type == "timestamp with time zone":
             # Spark hands a TimestampType value to Python as the worker's local wall-clock time
             # (naive); read it in that zone, so the instant does not depend on the server's TimeZone.
             return lambda v: v.astimezone() if type(v) is dt.datetime and v.tzinfo is None else v
         return None
 
+    def _array_text(self, value: Any) -> Any:
+        """A list as Postgres array text (``{1,2}``), by psycopg's own text dumper."""
+        if value is None:
+            return None
+        if self._transformer is None:
+            self._transformer = Transformer(self.conn)
+        return bytes(self._transformer.get_dumper(value, PyFormat.TEXT).dump(value)).decode("utf-8")
+
     def transport(self, column: str, value: Any) -> Any:
-        """``value`` of ``column`` as its parameter array carries it (for the diagnosis)."""
+        """``value`` of ``column`` as one-column ``unnest`` carries it (for the diagnosis, in every mode)."""
+        if column in self.table_columns and self.table_columns[column].is_array:
+            return self._array_text(value)
         convert = self._convert[self.columns.index(column)] if column in self.columns else None
         return convert(value) if convert is not None else value
 
