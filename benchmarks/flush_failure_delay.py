@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(measure(spark, conn, dsn, sink, trigger, tmp))
         finally:
             spark.stop()
-    report = {"benchmark": "flush_failure_delay", "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    report = {"benchmark": "flush_failure_delay", "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
               "trigger": trigger, "results": results}
     args.output.parent.mkdir(parents=True, exist_ok=True)

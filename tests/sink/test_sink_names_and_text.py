@@ -19,7 +19,6 @@ from pyspark.sql import Row
 
 from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkError, SinkSettings
 from rtm_lakebase.pg_statements import pg_name
-from tests.jvm_sink.conftest import jvm_spark, sink_jars  # noqa: F401  (fixtures)
 
 LONG_TABLE_TAIL = "_" + "t" * 60 + "\u00e9\u00e9"   # over 63 bytes; the cut falls inside a two-byte character
 LONG_COLUMN = "c" * 62 + "\u00e9tail"           # 62 + 2 + 4 bytes: Postgres keeps the 62 c's

@@ -36,13 +36,12 @@ from psycopg import sql
 
 from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkSettings
 from rtm_lakebase.pg_statements import COLUMNS_QUERY
-from tests.jvm_sink.conftest import jvm_spark, sink_jars  # noqa: F401  (fixtures: skip only without javac)
 
 SESSION_TZ, EXECUTOR_TZ, PG_TZ = "Asia/Kolkata", "America/New_York", "Europe/Berlin"
 MODES = ("upsert", "insert_ignore", "append")
 ROOT = Path(__file__).resolve().parents[2]
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _utc(*args) -> dt.datetime:
