@@ -89,7 +89,8 @@ def measure(spark, conn, dsn: str, sink: str, trigger: str, checkpoint_root: str
     finally:
         query.stop()
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-    names_cause = "does not exist" in message and table in message
+    # The flush's error ('relation … does not exist'), or the next batch's open() ('table … not found').
+    names_cause = table in message and ("does not exist" in message or "not found" in message)
     say(f"{sink}: exception {delay:.1f} s after the failing row (first row took {healthy_after:.1f} s); "
         f"names the cause: {names_cause}")
     return {"sink": sink, "trigger": trigger, "seconds_to_exception": round(delay, 2),
