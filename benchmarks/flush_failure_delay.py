@@ -58,8 +58,8 @@ def measure(spark, conn, dsn: str, sink: str, trigger: str, checkpoint_root: str
     from psycopg import sql
 
     from pack_lab.rtm_lab import RealTimeMemorySource
-    from rtm_lakebase.jvm_sink import start_jvm_sink_query
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.jvm import start_jvm_sink_query
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     table = f"ffd_{sink}_{uuid.uuid4().hex[:6]}"
     conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, name text)").format(sql.Identifier(table)))
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pack_lab.local_postgres import postgres_dsn
     from pack_lab.rtm_lab import build_session
-    from rtm_lakebase.jvm_sink import JvmSinkUnavailable, jvm_sink_jars
+    from rtm_lakebase.jvm import JvmSinkUnavailable, jvm_sink_jars
 
     logging.getLogger("rtm_lakebase").setLevel(logging.CRITICAL)
     try:

@@ -6,7 +6,7 @@
 # - The jar goes to rtm_lakebase/jvm/build/ (git-ignored). It is rebuilt only when the
 #   sources, javac or pyspark change (a content stamp); rtm-lakebase-jvm-sink.sha256 next to
 #   it records the sources' hash (the .java files concatenated in name order), which
-#   rtm_lakebase.jvm_sink checks before using the jar.
+#   rtm_lakebase.jvm.sink checks before using the jar.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink

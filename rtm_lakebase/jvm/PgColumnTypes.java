@@ -1,7 +1,7 @@
 /*
  * The target table's columns as the catalog describes them, and the SQL pieces built from them:
  * the cast each parameter gets and how the no-op check compares each column. The query text is
- * the Python sink's (rtm_lakebase pg_statements COLUMNS_QUERY, '?' for its named parameters);
+ * the Python sink's (rtm_lakebase/sink/statements.py COLUMNS_QUERY, '?' for its named parameters);
  * tests/sink/test_type_matrix.py checks that the two stay the same.
  *
  * - Casts never narrow: a parameter is cast to the column's type without its modifier, with

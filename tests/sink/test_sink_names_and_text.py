@@ -17,8 +17,8 @@ from psycopg import sql
 from pyspark.errors import PySparkException
 from pyspark.sql import Row
 
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkError, SinkSettings
-from rtm_lakebase.pg_statements import pg_name
+from rtm_lakebase.sink import PostgresForeachWriter, SinkError, SinkSettings
+from rtm_lakebase.sink.statements import pg_name
 
 LONG_TABLE_TAIL = "_" + "t" * 60 + "\u00e9\u00e9"   # over 63 bytes; the cut falls inside a two-byte character
 LONG_COLUMN = "c" * 62 + "\u00e9tail"           # 62 + 2 + 4 bytes: Postgres keeps the 62 c's
@@ -68,7 +68,7 @@ def test_python_sink_refuses_two_fields_that_are_one_column(pg_dsn, pg_conn):
 
 
 def test_jvm_sink_reaches_a_table_and_column_named_past_63_bytes(jvm_spark, pg_dsn, pg_conn):
-    from rtm_lakebase.jvm_sink import build_jvm_writer
+    from rtm_lakebase.jvm import build_jvm_writer
 
     table = _long_table(pg_conn)
     try:

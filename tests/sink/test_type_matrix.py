@@ -34,8 +34,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkSettings
-from rtm_lakebase.pg_statements import COLUMNS_QUERY
+from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkSettings
+from rtm_lakebase.sink.statements import COLUMNS_QUERY
 
 SESSION_TZ, EXECUTOR_TZ, PG_TZ = "Asia/Kolkata", "America/New_York", "Europe/Berlin"
 MODES = ("upsert", "insert_ignore", "append")
@@ -278,7 +278,7 @@ def run_python_sink(spark, pg_dsn: str, target: tuple[str, str], mode: str, cite
 
 def run_jvm_sink(spark, pg_dsn: str, target: tuple[str, str], mode: str, citext: bool, rows=ROWS):
     """open/process/close on the Java writer through py4j; rows converted by Spark under New York."""
-    from rtm_lakebase.jvm_sink import build_jvm_writer
+    from rtm_lakebase.jvm import build_jvm_writer
 
     writer = build_jvm_writer(spark, dsn=pg_dsn, schema=target[0], table=target[1], mode=mode,
                               upsertkey="k" if mode != "append" else None)
