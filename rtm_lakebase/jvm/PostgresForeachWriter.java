@@ -11,8 +11,11 @@
  * - Rows are buffered, deduplicated by key, sorted by key and written as one transaction when
  *   `batchsize` keys are buffered or when the oldest buffered row is `batchinterval` old. One
  *   flusher thread per writer does all writing, so the tail is written even when no further row
- *   arrives (under real-time mode close() only comes at the end of a long batch). An error in
- *   that thread is thrown by the next process() or by close().
+ *   arrives (under real-time mode close() only comes at the end of a long batch). A flush that
+ *   fails for good interrupts the task thread, so the task fails at once instead of at the end
+ *   of the long batch; the error is thrown by the next process() or by close().
+ * - Column types and casts come from PgColumnTypes (the Python sink's catalog query); values
+ *   are bound by PgBinder (java.time, no dependence on the executor's time zone).
  * - A lost connection is re-opened and the flush retried (bounded, jittered backoff); upserts
  *   and insert-ignore make the retry harmless.
  * - A bad row fails its flush with BadRowException naming its key and column; nothing of that
