@@ -159,6 +159,22 @@ class PostgresTarget:
             self._transformer = Transformer(self.conn)
         return bytes(self._transformer.get_dumper(value, PyFormat.TEXT).dump(value)).decode("utf-8")
 
+    def key_forms(self) -> dict[str, Callable[[Any], Any]]:
+        """Per key column, the form in which Postgres compares its keys, where Python's differs.
+
+        ``char(n)`` ignores trailing spaces and ``citext`` case, so ``'abc'`` and
+        ``'abc  '`` are one key: the buffer keeps one row for them (the last, or the
+        first in insert_ignore mode), as writing them one after the other would.
+        """
+        forms: dict[str, Callable[[Any], Any]] = {}
+        for k in self.key_columns:
+            base = self.table_columns[k].base_type
+            if base == "character":
+                forms[k] = lambda v: v.rstrip(" ") if type(v) is str else v
+            elif base == "citext":
+                forms[k] = lambda v: v.lower() if type(v) is str else v
+        return forms
+
     def transport(self, column: str, value: Any) -> Any:
         """``value`` of ``column`` as one-column ``unnest`` carries it (for the diagnosis, in every mode)."""
         if column in self.table_columns and self.table_columns[column].is_array:

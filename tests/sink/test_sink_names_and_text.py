@@ -94,3 +94,20 @@ def test_invalid_utf8_reaches_both_sinks_already_replaced_so_the_guard_is_upstre
     assert frame.collect()[0].ok is False
     with pytest.raises(PySparkException, match="INVALID_UTF8_STRING"):
         jvm_spark.sql("SELECT validate_utf8(CAST(X'61FF62' AS STRING))").collect()
+
+
+@pytest.mark.parametrize("mode, kept", [("upsert", "second"), ("insert_ignore", "first")])
+def test_keys_postgres_holds_equal_are_one_row_as_a_plain_insert_leaves_them(pg_dsn, pg_conn, table_name, mode,
+                                                                              kept):
+    # char(n) ignores trailing spaces and citext case: 'abc' and 'abc  ' (or 'Key' and 'KEY') are one key.
+    pg_conn.execute("CREATE EXTENSION IF NOT EXISTS citext")
+    pg_conn.execute(sql.SQL("CREATE TABLE {} (k char(8), c citext, v text, PRIMARY KEY (k, c))").format(
+        sql.Identifier(table_name)))
+    writer = PostgresForeachWriter(pg_dsn, SinkSettings(table=table_name, mode=mode))
+    writer.open(0, 0)
+    writer.process({"k": "abc", "c": "Key", "v": "first"})
+    writer.process({"k": "abc  ", "c": "KEY", "v": "second"})
+    writer.process({"k": "abd", "c": "key", "v": "other"})
+    writer.close(None)
+    rows = pg_conn.execute(sql.SQL("SELECT k, v FROM {} ORDER BY k").format(sql.Identifier(table_name))).fetchall()
+    assert rows == [("abc     ", kept), ("abd     ", "other")]
