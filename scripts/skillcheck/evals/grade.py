@@ -102,27 +102,17 @@ def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
         if kind in STATIC:
             out = STATIC[kind](answer, check)
             return Outcome(label, out.passed, out.evidence)
-        if kind == "run":
+        if kind in ("run", "spark"):
+            # Every check that executes the answer runs it sandboxed in a child (drive.run_child); a Spark check
+            # starts its own local lab session there (about 10 s), so no answer shares the grader's process.
             from .drive import run_child
+            from .sandbox import SandboxUnavailable
 
             try:
-                dsn = ctx.dsn() if check.get("postgres") else ""
-            except Exception as exc:
-                return Outcome(label, False, f"grader error (answer not judged): no Postgres: {str(exc)[:200]}", error=True)
-            ok, evidence = run_child(check["driver"], answer.folder, dsn)
+                ok, evidence = run_child(check["driver"], answer.folder, timeout=float(check.get("timeout", 240)))
+            except SandboxUnavailable as exc:
+                return Outcome(label, False, f"grader error (answer not judged): {exc}", error=True)
             return Outcome(label, ok, evidence)
-        if kind == "spark":
-            from .drive import SPARK_DRIVERS, CheckFailed
-
-            try:
-                session = ctx.session()
-            except Exception as exc:
-                return Outcome(label, False, f"grader error (answer not judged): no Spark lab: {str(exc)[:200]}", error=True)
-            try:
-                SPARK_DRIVERS[check["driver"]](answer.folder, session, ctx.workdir())
-            except CheckFailed as exc:
-                return Outcome(label, False, str(exc))
-            return Outcome(label, True)
     except Exception as exc:  # an answer's code raising inside an in-process driver is a failed check
         from .drive import GraderUnavailable
 
