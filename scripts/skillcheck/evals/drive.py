@@ -623,6 +623,15 @@ def start_slots(answer_dir: Path, spark, workdir: Path) -> None:
                           f"{s['slots']}-slot cluster: CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT again")
 
 
+def start_native(answer_dir: Path, spark, workdir: Path) -> None:
+    """``start_native(df, checkpoint)``: one real-time query into Databricks' native sink (format postgresql)."""
+    mod = load_module(answer_dir / "solution.py")
+    source = _rate_stream(spark, "id STRING, status STRING, updated_at TIMESTAMP")
+    with recorded_writes() as log:
+        mod.start_native(source.dataframe(), str(workdir / "cp"))
+    check_started(log, "start_native", sink="postgresql")
+
+
 def broadcast_enrich(answer_dir: Path, spark, workdir: Path) -> None:
     """``enrich(events, accounts)``: the plan broadcasts the static side (automatic broadcasting switched off, so
     only the answer's own hint counts) in an inner or left outer join; on the real-time lab it yields the large
@@ -732,7 +741,8 @@ def dedup_counts(answer_dir: Path, spark, workdir: Path, mod=None) -> None:
 
 SPARK_DRIVERS: dict[str, Callable] = {"broadcast_enrich": broadcast_enrich, "dedup_counts": dedup_counts,
                                       "dedup_shapes": dedup_shapes, "start_kafka_alerts": start_kafka_alerts,
-                                      "start_foreach": start_foreach, "start_slots": start_slots}
+                                      "start_foreach": start_foreach, "start_slots": start_slots,
+                                      "start_native": start_native}
 
 
 if __name__ == "__main__":
