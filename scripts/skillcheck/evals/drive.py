@@ -268,13 +268,13 @@ def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD
     A failure the sandbox caused names its limit ("time limit", "process limit", "disk limit", "network blocked",
     "tried to write outside its folder"). Raises :class:`sandbox.SandboxUnavailable` when no sandbox can be built.
     """
-    from .sandbox import Limits, check_sandbox, named_reason, run_isolated
+    from .sandbox import ANSWER_MOUNT, Limits, check_sandbox, named_reason, run_isolated
 
     check_sandbox()
     spark = name in SPARK_DRIVERS
     limits = Limits(seconds=timeout, address_bytes=None if spark else Limits.address_bytes)
     env = {"PYTHONPATH": os.pathsep.join((str(_ROOT / "scripts"), str(_ROOT)))}
-    argv = [sys.executable, "-m", "skillcheck.evals.drive", name, str(answer_dir.resolve())]
+    argv = [sys.executable, "-m", "skillcheck.evals.drive", name, ANSWER_MOUNT]
     try:
         proc = run_isolated(argv, answer_dir, limits, env=env)
     except subprocess.TimeoutExpired:

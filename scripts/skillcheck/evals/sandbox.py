@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,13 +104,48 @@ def _root_masks() -> list[str]:
     return cmd
 
 
+ANSWER_MOUNT = "/tmp/answer"
+MAX_STAGED_BYTES = 20 * 1024 * 1024
+
+
+def stage_answer(answer_dir: Path, into: Path) -> Path:
+    """A readable copy of the answer folder (the sandbox user cannot read root's private folders); symbolic links
+    are copied as links (inside the sandbox they resolve to the read-only file system), big files are left out."""
+    target = into / "answer"
+    target.mkdir(mode=0o755)
+    total = 0
+    for src in sorted(Path(answer_dir).rglob("*"))[:2000]:
+        rel = src.relative_to(answer_dir)
+        dst = target / rel
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        elif src.is_dir():
+            dst.mkdir(mode=0o755, exist_ok=True)
+        elif src.is_file():
+            size = src.stat().st_size
+            if total + size > MAX_STAGED_BYTES:
+                continue
+            total += size
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            dst.chmod(0o644)
+    into.chmod(0o755)
+    return target
+
+
 def run_isolated(argv: list[str], answer_dir: Path, limits: Limits, env: dict[str, str] | None = None,
                  probe: bool = False) -> subprocess.CompletedProcess:
-    """Run ``argv`` sandboxed with ``answer_dir`` read-only at its own path and cwd in a throwaway folder.
+    """Run ``argv`` sandboxed with a copy of ``answer_dir`` read-only at :data:`ANSWER_MOUNT` (write that path
+    into ``argv``) and the working folder in a throwaway tmpfs.
 
     Raises :class:`subprocess.TimeoutExpired` after ``limits.seconds`` (the namespace is killed first).
     """
-    answer = str(Path(answer_dir).resolve())
+    with tempfile.TemporaryDirectory(prefix="rtm-evals-stage-") as stage:
+        staged = None if probe else stage_answer(Path(answer_dir), Path(stage))
+        return _run(argv, staged, limits, env)
+
+
+def _run(argv: list[str], staged: Path | None, limits: Limits, env: dict[str, str] | None) -> subprocess.CompletedProcess:
     as_root = os.geteuid() == 0
     cmd = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
@@ -130,8 +166,8 @@ def run_isolated(argv: list[str], answer_dir: Path, limits: Limits, env: dict[st
     base_env.update(env or {})
     for key, value in base_env.items():
         cmd += ["--setenv", key, value]
-    if not probe and answer != "/":
-        cmd += ["--ro-bind", answer, answer]
+    if staged is not None:
+        cmd += ["--ro-bind", str(staged), ANSWER_MOUNT]
     if as_root:
         uid, gid = _nobody()
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
