@@ -294,6 +294,116 @@ def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD
     return False, f"{prefix}{name}: the answer's process ended (exit {proc.returncode}) without a verdict: {tail[:300]}"
 
 
+def _verdict_of(proc_stdout: str) -> dict:
+    out = {}
+    for line in proc_stdout.splitlines():
+        if line.startswith("{\"job\""):
+            data = json.loads(line)
+            out[data["job"]] = data
+    return out
+
+
+def run_spark_batch(jobs: list[tuple[str, Path]], timeout: float = 180.0,
+                    log: Callable[[str], None] = lambda _m: None) -> list[tuple[bool, str]]:
+    """Spark checks of many answers in one sandbox and one SparkSession (JVM start-up once, not per answer).
+
+    Each job has its own time limit inside; an answer that kills the whole batch (``os._exit``, a crash) fails
+    with that evidence and the batch restarts with the jobs after it. Raises like :func:`run_child`.
+    """
+    import shutil
+
+    from .sandbox import Limits, check_sandbox, named_reason, run_isolated
+
+    check_sandbox()
+    results: dict[int, tuple[bool, str]] = {}
+    pending = list(range(len(jobs)))
+    env = {"PYTHONPATH": os.pathsep.join((str(_ROOT / "scripts"), str(_ROOT)))}
+    while pending:
+        with tempfile.TemporaryDirectory(prefix="rtm-evals-batch-") as tmp:
+            for k in pending:
+                shutil.copytree(jobs[k][1], Path(tmp) / str(k), symlinks=True, dirs_exist_ok=True)
+            argv = [sys.executable, "-m", "skillcheck.evals.drive", "--batch", str(int(timeout)),
+                    *(f"{k}:{jobs[k][0]}" for k in pending)]
+            log(f"Spark checks of {len(pending)} answer(s) in one sandboxed lab session")
+            try:
+                proc = run_isolated(argv, Path(tmp), Limits(seconds=timeout * len(pending) + 90, address_bytes=None),
+                                    env=env)
+                stdout, stderr, killed = proc.stdout, proc.stderr, False
+            except subprocess.TimeoutExpired as exc:
+                stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+                stderr, killed = "", True
+        verdicts = _verdict_of(stdout)
+        for k, data in verdicts.items():
+            if data.get("error"):
+                raise GraderUnavailable(data["evidence"])
+            if "passed" in data:
+                reason = None if data["passed"] else named_reason(data["evidence"])
+                results[k] = (bool(data["passed"]), f"{reason}: {data['evidence']}" if reason else data["evidence"])
+        started = [k for k, d in verdicts.items() if "passed" not in d and k not in results]
+        rest = [k for k in pending if k not in results]
+        if not rest:
+            break
+        culprit = started[-1] if started else rest[0]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        reason = "time limit" if killed else (named_reason(stderr[-4000:]) or "crash")
+        results[culprit] = (False, f"{reason}: {jobs[culprit][0]}: the answer's process ended without a verdict: "
+                                   f"{tail[:300]}")
+        pending = [k for k in rest if k != culprit]
+    return [results[k] for k in range(len(jobs))]
+
+
+class _JobTimeout(BaseException):
+    pass
+
+
+def _batch_main(argv: list[str]) -> int:
+    import signal
+
+    from .sandbox import ANSWER_MOUNT
+
+    per_job = int(argv[0])
+    spark = None
+
+    def on_alarm(_sig, _frame):
+        raise _JobTimeout()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    for item in argv[1:]:
+        k, name = item.split(":", 1)
+        answer_dir = Path(ANSWER_MOUNT) / k
+        sys.stdout.write("\n" + json.dumps({"job": int(k)}) + "\n")
+        sys.stdout.flush()
+        signal.alarm(per_job)
+        try:
+            if spark is None:
+                spark = _child_session()
+            SPARK_DRIVERS[name](answer_dir, spark, Path(tempfile.mkdtemp(prefix="rtm-evals-")))
+            verdict = {"passed": True, "evidence": ""}
+        except _JobTimeout:
+            verdict = {"passed": False, "evidence": f"time limit: {name}: the answer did not finish within {per_job} s"}
+        except BaseException as exc:
+            verdict = _failure(exc, answer_dir)
+        finally:
+            signal.alarm(0)
+        with contextlib.suppress(Exception):
+            for q in spark.streams.active if spark is not None else []:
+                q.stop()
+        verdict["job"] = int(k)
+        sys.stdout.write("\n" + json.dumps(verdict) + "\n")
+        sys.stdout.flush()
+    os._exit(0)
+
+
+def _failure(exc: BaseException, answer_dir: Path) -> dict:
+    if isinstance(exc, CheckFailed):
+        return {"passed": False, "evidence": str(exc)}
+    if isinstance(exc, GraderUnavailable):
+        return {"passed": False, "evidence": f"grader could not run: {exc}", "error": True}
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(answer_dir) in f.filename]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return {"passed": False, "evidence": f"{type(exc).__name__}{where}: {str(exc)[:300]}"}
+
+
 def _child_main(argv: list[str]) -> int:
     name, answer_dir = argv[0], Path(argv[1])
     try:
@@ -746,4 +856,6 @@ SPARK_DRIVERS: dict[str, Callable] = {"broadcast_enrich": broadcast_enrich, "ded
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--batch"]:
+        sys.exit(_batch_main(sys.argv[2:]))
     sys.exit(_child_main(sys.argv[1:]))

@@ -63,6 +63,7 @@ class Context:
     pg_dsn: str | None = None
     spark: object | None = None
     log: Callable[[str], None] = lambda _m: None
+    spark_results: dict = field(default_factory=dict)  # (driver, answer folder) -> (passed, evidence), prefetched
     _stack: ExitStack = field(default_factory=ExitStack)
     _tmp: Path | None = None
 
@@ -109,7 +110,13 @@ def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
             from .sandbox import SandboxUnavailable
 
             try:
-                ok, evidence = run_child(check["driver"], answer.folder, timeout=float(check.get("timeout", 240)))
+                key = (check["driver"], str(answer.folder.resolve()))
+                if kind == "spark" and key not in ctx.spark_results:
+                    prefetch_spark(ctx, [(check["driver"], answer.folder)])
+                if kind == "spark":
+                    ok, evidence = ctx.spark_results[key]
+                else:
+                    ok, evidence = run_child(check["driver"], answer.folder, timeout=float(check.get("timeout", 240)))
             except SandboxUnavailable as exc:
                 return Outcome(label, False, f"grader error (answer not judged): {exc}", error=True)
             return Outcome(label, ok, evidence)
@@ -120,6 +127,27 @@ def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
             return Outcome(label, False, f"grader error (answer not judged): {str(exc)[:300]}", error=True)
         return Outcome(label, False, f"{type(exc).__name__}: {str(exc)[:300]}")
     return Outcome(label, False, f"unknown check kind {kind}")
+
+
+def prefetch_spark(ctx: Context, jobs: list[tuple[str, Path]]) -> None:
+    """Run these Spark checks in one sandboxed lab session and keep their verdicts for :func:`run_check`."""
+    from .drive import run_spark_batch
+
+    todo = [(d, f) for d, f in dict.fromkeys((d, Path(f)) for d, f in jobs) if (d, str(f.resolve())) not in ctx.spark_results]
+    if todo:
+        for (d, f), verdict in zip(todo, run_spark_batch(todo, log=ctx.log), strict=True):
+            ctx.spark_results[(d, str(f.resolve()))] = verdict
+
+
+def spark_jobs(task: dict, answer_dir: Path) -> list[tuple[str, Path]]:
+    """The Spark checks of a task worth running for this answer (its interface check passes)."""
+    checks = [c for c in task["checks"] if c["kind"] == "spark"]
+    if not checks or not answer_dir.is_dir():
+        return []
+    first = task["checks"][0]
+    if first["kind"] == "interface" and not STATIC["interface"](Answer(answer_dir), first).passed:
+        return []
+    return [(c["driver"], answer_dir) for c in checks]
 
 
 def grade_task(task: dict, answer_dir: Path, ctx: Context) -> dict:
@@ -147,6 +175,13 @@ def grade_dir(folder: Path, tasks: dict, only: list[str] | None = None, ctx: Con
     ctx = ctx or Context(log=log)
     results = []
     try:
+        selected = [t for t in tasks["evals"] if not only or t["name"] in only]
+        jobs = [j for t in selected for j in spark_jobs(t, folder / t["name"])]
+        if jobs:
+            try:
+                prefetch_spark(ctx, jobs)
+            except Exception as exc:  # no sandbox / no Spark: each task reports it as a grader error
+                log(f"Spark checks not prefetched: {str(exc)[:200]}")
         for task in tasks["evals"]:
             if only and task["name"] not in only:
                 continue

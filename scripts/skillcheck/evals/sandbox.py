@@ -20,6 +20,7 @@ import os
 import pwd
 import re
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -97,9 +98,12 @@ def _preexec(limits: Limits):
 def _root_masks() -> list[str]:
     """Run as root: hide /root (mode 700, unreadable to ``nobody``) behind an empty tmpfs and bind back, read-only,
     only the interpreter's installation when it lives there (pyenv)."""
-    cmd = ["--tmpfs", "/root"]
-    for path in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}:
+    cmd = ["--perms", "0755", "--tmpfs", "/root"]
+    for path in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}):
         if path.startswith("/root/"):
+            parts = Path(path).parts
+            for i in range(3, len(parts)):  # bwrap would create the folders on the way with mode 0700
+                cmd += ["--perms", "0755", "--dir", str(Path(*parts[:i]))]
             cmd += ["--ro-bind", path, path]
     return cmd
 
@@ -142,10 +146,25 @@ def run_isolated(argv: list[str], answer_dir: Path, limits: Limits, env: dict[st
     """
     with tempfile.TemporaryDirectory(prefix="rtm-evals-stage-") as stage:
         staged = None if probe else stage_answer(Path(answer_dir), Path(stage))
-        return _run(argv, staged, limits, env)
+        return _run(argv, staged, Path(stage), limits, env)
 
 
-def _run(argv: list[str], staged: Path | None, limits: Limits, env: dict[str, str] | None) -> subprocess.CompletedProcess:
+def _sandbox_user(stage: Path) -> tuple[int, int, Path]:
+    """A user id of its own for each sandbox (RLIMIT_NPROC counts per user: one answer's fork bomb must not starve
+    another's), with a passwd file naming it (Postgres' initdb looks its user up)."""
+    uid = secrets.randbelow(60000) + 200000
+    try:
+        host = Path("/etc/passwd").read_text(encoding="utf-8")
+    except OSError:
+        host = ""
+    passwd = stage / "passwd"
+    passwd.write_text(host.rstrip("\n") + f"\nanswer:x:{uid}:{uid}:graded answer:/tmp/home:/bin/sh\n", encoding="utf-8")
+    passwd.chmod(0o644)
+    return uid, uid, passwd
+
+
+def _run(argv: list[str], staged: Path | None, stage: Path, limits: Limits,
+         env: dict[str, str] | None) -> subprocess.CompletedProcess:
     as_root = os.geteuid() == 0
     cmd = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
@@ -169,7 +188,8 @@ def _run(argv: list[str], staged: Path | None, limits: Limits, env: dict[str, st
     if staged is not None:
         cmd += ["--ro-bind", str(staged), ANSWER_MOUNT]
     if as_root:
-        uid, gid = _nobody()
+        uid, gid, passwd = _sandbox_user(stage)
+        cmd += ["--ro-bind", str(passwd), "/etc/passwd"]
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         cmd += ["--", setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all"]
