@@ -7,7 +7,6 @@ the answer folder, no process of the sandbox user left, the host listener never 
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import sys

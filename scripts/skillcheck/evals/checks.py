@@ -264,8 +264,12 @@ def numbers(answer: Answer, spec: dict) -> Outcome:
     tol = float(spec.get("tolerance", 0))
     for key, value in want.items():
         got = data.get(key)
-        if isinstance(value, bool) or isinstance(value, str):
-            ok = got == value
+        if isinstance(value, bool):
+            ok = got is value
+        elif isinstance(value, str):
+            ok = got is not None and not isinstance(got, bool) and str(got).strip().lower() == value.lower()
+        elif isinstance(value, list):
+            ok = isinstance(got, list) and sorted(str(g).strip().upper() for g in got) == sorted(value)
         else:
             ok = isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - value) <= tol
         if not ok:

@@ -297,9 +297,14 @@ def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD
 def _verdict_of(proc_stdout: str) -> dict:
     out = {}
     for line in proc_stdout.splitlines():
-        if line.startswith("{\"job\""):
-            data = json.loads(line)
-            out[data["job"]] = data
+        if line.startswith("{") and "\"job\"" in line:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("job"), int):
+                if "passed" in data or data["job"] not in out:
+                    out[data["job"]] = data
     return out
 
 
@@ -388,7 +393,7 @@ def _batch_main(argv: list[str]) -> int:
         with contextlib.suppress(Exception):
             for q in spark.streams.active if spark is not None else []:
                 q.stop()
-        verdict["job"] = int(k)
+        verdict = {"job": int(k), **verdict}
         sys.stdout.write("\n" + json.dumps(verdict) + "\n")
         sys.stdout.flush()
     os._exit(0)
@@ -799,6 +804,17 @@ def broadcast_enrich(answer_dir: Path, spark, workdir: Path) -> None:
                           f"({'inner' if jtype == 'Inner' else 'left'} join)")
 
 
+def databricks_split(answer_dir: Path, spark, workdir: Path) -> None:
+    """``databricks_dedup(events)`` and ``databricks_counts(deduped)``: each plan holds one stateful operator."""
+    mod = load_module(answer_dir / "solution.py")
+    ops = _stateful(analyzed(mod.databricks_dedup(_rate_stream(spark, "event_id STRING, user STRING").dataframe())))
+    if not any(o.startswith("Deduplicate") for o in ops) or len(ops) != 1:
+        raise CheckFailed(f"databricks_dedup(): stateful operators {ops or 'none'}; expected one deduplication alone")
+    ops = _stateful(analyzed(mod.databricks_counts(_rate_stream(spark, "event_id STRING, user STRING").dataframe())))
+    if ops != ["Aggregate"]:
+        raise CheckFailed(f"databricks_counts(): stateful operators {ops or 'none'}; expected one aggregation alone")
+
+
 def dedup_shapes(answer_dir: Path, spark, workdir: Path) -> None:
     """OSS: ``oss_unique_counts`` gives exact counts on the real-time lab (replays ignored) and its plan deduplicates
     and aggregates. Databricks: each function's plan has exactly one stateful operator - deduplication in
@@ -852,7 +868,7 @@ def dedup_counts(answer_dir: Path, spark, workdir: Path, mod=None) -> None:
 SPARK_DRIVERS: dict[str, Callable] = {"broadcast_enrich": broadcast_enrich, "dedup_counts": dedup_counts,
                                       "dedup_shapes": dedup_shapes, "start_kafka_alerts": start_kafka_alerts,
                                       "start_foreach": start_foreach, "start_slots": start_slots,
-                                      "start_native": start_native}
+                                      "start_native": start_native, "databricks_split": databricks_split}
 
 
 if __name__ == "__main__":

@@ -53,3 +53,81 @@ def native_choice() -> dict:
     """
     return {"oss_spark_4_3": "foreach", "dbr_16_4_lts": "foreach", "dbr_17_3_lts": "foreach",
             "dbr_19_classic_key_upsert": "native"}
+
+
+def _calc():
+    """The calculators: ``rtm_lakebase.calc`` (the package's rooms), or the flat modules before the move."""
+    try:
+        from rtm_lakebase import calc
+
+        return calc
+    except ImportError:
+        import types
+
+        from rtm_lakebase import connection_budget, slot_math
+
+        names = {k: v for m in (slot_math, connection_budget) for k, v in vars(m).items() if not k.startswith("_")}
+        return types.SimpleNamespace(**names)
+
+
+def kafka_max_partitions() -> dict:
+    """96-partition topic, one aggregation into 12 shuffle partitions, 16-core workers at 50 %: for each
+    maxPartitions in (none, 48, 24, 12) the slots and workers; the choice with the fewest workers whose busiest
+    source task reads at most 4 topic partitions."""
+    c = _calc()
+    options = c.kafka_tradeoff(96, (12,), (None, 48, 24, 12))
+    out = {}
+    best = None
+    for o in options:
+        workers = c.plan_cluster(c.QueryShape(o.source_tasks, (12,)), 16, 0.5).workers
+        label = "none" if o.max_partitions is None else str(o.max_partitions)
+        out[f"slots_{label}"] = o.required_slots
+        out[f"workers_{label}"] = workers
+        if o.topic_partitions_per_task <= 4 and (best is None or workers < best[1]):
+            best = (label, workers)
+    out["choice"] = best[0]
+    return out
+
+
+def lakebase_cu() -> dict:
+    """A real-time sink of 120 tasks, 4 app replicas with pool max 50, 10 reserved: the smallest CU size among
+    0.5, 1, 2, 4, 8 whose connection cap fits, and that cap."""
+    c = _calc()
+    need = 120 + 4 * 50 + 10
+    for cu in (0.5, 1, 2, 4, 8):
+        if c.max_connections(cu) >= need:
+            return {"planned": need, "capacity_units": cu, "cap": c.max_connections(cu)}
+    raise AssertionError("no size fits")
+
+
+def stateful_workers() -> dict:
+    """Deduplication then aggregation (two shuffles of 6 partitions each) over a 24-partition topic read with
+    maxPartitions 12; 8-core workers, hard minimum (100 %) and at 50 %."""
+    c = _calc()
+    shape = c.stateful_query(c.kafka_source_tasks(24, 12), 6, exchanges=2)
+    return {"required_slots": shape.required_slots,
+            "workers_minimum": c.plan_cluster(shape, 8, 1.0).workers,
+            "workers_half": c.plan_cluster(shape, 8, 0.5).workers}
+
+
+def _checker_codes(rel: str) -> list[str]:
+    from skillcheck.usercheck import check_file
+
+    path = _ROOT / rel
+    return sorted({f.code for f in check_file(path.parent, path.name, rel)})
+
+
+def checker_query_codes() -> dict:
+    return {"codes": _checker_codes("evals/files/checker_query.py")}
+
+
+def checker_enrich_codes() -> dict:
+    return {"codes": _checker_codes("evals/files/checker_enrich.py")}
+
+
+def slots_error() -> dict:
+    """evals/files/slots_error.py on the 4-slot cluster: an 8-partition topic, all source tasks, 6 shuffle
+    partitions."""
+    c = _calc()
+    return {"error_class": "CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT",
+            "required_slots": c.QueryShape(c.kafka_source_tasks(8, None), (6,)).required_slots, "available_slots": 4}
