@@ -50,17 +50,17 @@ def _needs_rooms(folder: Path) -> None:
     import importlib.util
 
     text = "\n".join(p.read_text() for p in folder.glob("*.py"))
-    for room in ("rtm_lakebase.sink", "rtm_lakebase.postgres", "rtm_lakebase.calc"):
-        if room in text and importlib.util.find_spec(room.split(".")[0]) and not _has_module(room):
+    for room, name in (("rtm_lakebase.sink", "PostgresForeachWriter"), ("rtm_lakebase.postgres", "ConnectionSettings"),
+                       ("rtm_lakebase.calc", "QueryShape"), ("rtm_lakebase.jvm", "start_jvm_sink_query")):
+        if room in text and importlib.util.find_spec("rtm_lakebase") and not _has_name(room, name):
             pytest.skip(f"{room} arrives with the package move (Rooms commit); this answer uses it")
 
 
-def _has_module(name: str) -> bool:
+def _has_name(module: str, name: str) -> bool:
     import importlib
 
     try:
-        importlib.import_module(name)
-        return True
+        return hasattr(importlib.import_module(module), name)
     except ImportError:
         return False
 

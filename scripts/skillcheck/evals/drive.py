@@ -456,8 +456,18 @@ def _child_session():
         from pack_lab.rtm_lab import build_session
 
         log = Path(tempfile.gettempdir()) / "spark-jvm.log"
+        jars = None
+        with contextlib.suppress(Exception):  # the JVM sink's jars, when set-up built them (the JVM-sink task)
+            from rtm_lakebase.jvm_sink import jvm_sink_jars
+
+            jars = jvm_sink_jars()
+        if jars is None:
+            with contextlib.suppress(Exception):
+                from rtm_lakebase.jvm import jvm_sink_jars
+
+                jars = jvm_sink_jars()
         return build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals", jvm_log=str(log),
-                             driver_memory="1g")
+                             driver_memory="1g", jars=jars)
     except Exception as exc:
         raise GraderUnavailable(f"the local Spark lab did not start: {str(exc)[:200]}") from None
 
@@ -498,12 +508,26 @@ class _FakeQuery:
         return True
 
 
+class _RecordedJvmWrite:
+    def __init__(self, owner):
+        self.owner = owner
+
+    def foreach(self, writer):
+        try:
+            name = str(writer.getClass().getName())
+        except Exception:
+            name = type(writer).__name__
+        self.owner.settings["jvm_foreach"] = name
+        return self
+
+
 class RecordedWrite:
     """Stands in for ``df.writeStream``: records every setting, ``start()`` returns a stopped query."""
 
     def __init__(self, df, log: list):
         self.df, self.settings, self.options = df, {}, {}
         self.calls: list[tuple[str, tuple, dict]] = []
+        self._jwrite = _RecordedJvmWrite(self)  # code that sets a JVM foreach writer (the pack's JVM sink)
         log.append(self)
 
     def _rec(self, name, *args, **kwargs):
@@ -747,6 +771,19 @@ def start_native(answer_dir: Path, spark, workdir: Path) -> None:
     check_started(log, "start_native", sink="postgresql")
 
 
+def start_jvm_sink(answer_dir: Path, spark, workdir: Path) -> None:
+    """``start(df, dsn, checkpoint)``: one real-time query through the pack's JVM writer (a Java foreach writer)."""
+    mod = load_module(answer_dir / "solution.py")
+    source = _rate_stream(spark, "id STRING, version BIGINT, payload STRING")
+    with recorded_writes() as log:
+        mod.start(source.dataframe(), "postgresql://writer@127.0.0.1:5432/postgres", str(workdir / "cp"))
+    w = check_started(log, "start")
+    name = w.settings.get("jvm_foreach")
+    if not name or "PostgresForeachWriter" not in name:
+        raise CheckFailed(f"start() does not write through the pack's JVM writer (foreach: "
+                          f"{name or type(w.settings.get('foreach')).__name__ if w.settings.get('foreach') else name})")
+
+
 def broadcast_enrich(answer_dir: Path, spark, workdir: Path) -> None:
     """``enrich(events, accounts)``: the plan broadcasts the static side (automatic broadcasting switched off, so
     only the answer's own hint counts) in an inner or left outer join; on the real-time lab it yields the large
@@ -868,7 +905,8 @@ def dedup_counts(answer_dir: Path, spark, workdir: Path, mod=None) -> None:
 SPARK_DRIVERS: dict[str, Callable] = {"broadcast_enrich": broadcast_enrich, "dedup_counts": dedup_counts,
                                       "dedup_shapes": dedup_shapes, "start_kafka_alerts": start_kafka_alerts,
                                       "start_foreach": start_foreach, "start_slots": start_slots,
-                                      "start_native": start_native, "databricks_split": databricks_split}
+                                      "start_native": start_native, "databricks_split": databricks_split,
+                                      "start_jvm_sink": start_jvm_sink}
 
 
 if __name__ == "__main__":

@@ -131,3 +131,30 @@ def slots_error() -> dict:
     c = _calc()
     return {"error_class": "CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT",
             "required_slots": c.QueryShape(c.kafka_source_tasks(8, None), (6,)).required_slots, "available_slots": 4}
+
+
+def runtime_dbr_16_4() -> dict:
+    """DBR 16.4 LTS, classic compute (ground truth, 'Databricks real-time mode' and 'Lakebase' sections:
+    docs.databricks.com .../structured-streaming/real-time/setup and .../real-time-reference; the native
+    postgresql sink needs DBR 18.3+ (older page) or DBR 18 LTS+ (newer page) - 16.4 is below both)."""
+    return {"foreach_batch": False, "drop_duplicates_within_watermark": False,
+            "enable_conf": "spark.databricks.streaming.realTimeMode.enabled", "serverless": False,
+            "lakebase_sink": "foreach"}
+
+
+def error_fixes() -> dict:
+    """Ground truth: Databricks error classes beyond OSS; the native sink's batchinterval spelling."""
+    return {"DROP_DUPLICATES_WITHIN_WATERMARK_NOT_SUPPORTED": "use-dropDuplicates",
+            "SHUFFLE_MORE_THAN_ONCE": "split-queries",
+            "CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT": "fit-task-slots",
+            "SESSION_WINDOWS_NOT_SUPPORTED": "tumbling-or-sliding-window",
+            "INVALID_INTERVAL_FORMAT.INVALID_UNIT": "interval-spelling"}
+
+
+def max_partitions_for_slots() -> dict:
+    """32-partition topic, one aggregation into 4 shuffle partitions, 16 slots: the most source tasks that fit."""
+    c = _calc()
+    fitting = [o for o in c.kafka_tradeoff(32, (4,), list(range(1, 33))) if o.required_slots <= 16]
+    best = max(fitting, key=lambda o: o.source_tasks)
+    return {"source_tasks": best.source_tasks, "max_partitions": best.max_partitions,
+            "partitions_per_task": best.topic_partitions_per_task}
