@@ -292,7 +292,8 @@ def test_eval_run_without_an_agent_prepares_prompt_folders_for_assistants(tmp_pa
     assert (skill / "SKILL.md").stat().st_mode & 0o222 == 0  # read-only
     with_prompt = (out / "prompts" / "with-skill" / "3" / "num-task-slots.md").read_text()
     without_prompt = (out / "prompts" / "without-skill" / "3" / "num-task-slots.md").read_text()
-    assert str(skill.resolve()) in with_prompt and "skill" not in without_prompt.lower().replace("notes.md", "")
+    assert str(skill.resolve()) in with_prompt and "An agent skill is installed" in with_prompt
+    assert "spark-rtm-lakebase" not in without_prompt and "An agent skill" not in without_prompt
     assert str((out / "without-skill" / "3" / "num-task-slots").resolve()) in without_prompt
     assert "NOTES.md" in with_prompt and "NOTES.md" in without_prompt
     # Answers dropped into the folders are graded by eval grade on the run folder.
