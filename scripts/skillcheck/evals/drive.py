@@ -525,7 +525,7 @@ class RecordedWrite:
     """Stands in for ``df.writeStream``: records every setting, ``start()`` returns a stopped query."""
 
     def __init__(self, df, log: list):
-        self.df, self.settings, self.options = df, {}, {}
+        self.df, self.settings, self.opts = df, {}, {}
         self.calls: list[tuple[str, tuple, dict]] = []
         self._jwrite = _RecordedJvmWrite(self)  # code that sets a JVM foreach writer (the pack's JVM sink)
         log.append(self)
@@ -555,11 +555,11 @@ class RecordedWrite:
         return self._rec("foreachBatch", func)
 
     def option(self, key, value):
-        self.options[str(key)] = value
+        self.opts[str(key)] = value
         return self._rec("option", key, value)
 
     def options(self, **kwargs):
-        self.options.update({str(k): v for k, v in kwargs.items()})
+        self.opts.update({str(k): v for k, v in kwargs.items()})
         return self._rec("options", **kwargs)
 
     def queryName(self, name):
@@ -574,7 +574,7 @@ class RecordedWrite:
             self.format(kwargs.pop("format"))
         if "outputMode" in kwargs:
             self.outputMode(kwargs.pop("outputMode"))
-        self.options.update({str(k): v for k, v in kwargs.items()})
+        self.opts.update({str(k): v for k, v in kwargs.items()})
         return _FakeQuery()
 
     def toTable(self, table, **kwargs):
@@ -647,7 +647,7 @@ def physical(df) -> str:
 def _stateful(plan: str) -> list[str]:
     import re
 
-    return re.findall(r"^[\s:+\-!]*(Deduplicate\w*|Aggregate|FlatMapGroupsWithState|TransformWithState\w*|"
+    return re.findall(r"^[\s:+\-!~]*(Deduplicate\w*|Aggregate|FlatMapGroupsWithState|TransformWithState\w*|"
                       r"Join \w+|Window)", plan, re.M)
 
 
