@@ -1,9 +1,13 @@
-"""Run checks that execute an answer's code: Postgres ones in a child process, Spark ones on the lab session.
+"""Run checks that execute an answer's code, always in the sandbox (:mod:`sandbox`), never in the grader.
 
-Child process (``python -m skillcheck.evals.drive NAME ANSWER_DIR [DSN]``):
-the answer's module is imported there, so an answer that hangs, crashes or
-calls ``sys.exit`` cannot take the grader with it; the child prints one JSON
-line ``{"passed": bool, "evidence": str}`` and is killed after a timeout.
+Child process (``python -m skillcheck.evals.drive NAME /tmp/answer``, or ``--batch SECONDS K:DRIVER ...`` for
+many Spark checks on one lab session): the answer's module is imported there, so an answer that hangs, crashes,
+calls ``sys.exit`` or misbehaves cannot take the grader or the machine with it; the child prints JSON verdict
+lines and is killed after a timeout. Postgres checks start a throwaway Postgres inside the sandbox.
+
+Spark drivers judge the query by behaviour: what the answer's ``start()`` sets on ``writeStream`` (recorded:
+sink, output mode, trigger), the analysed and physical plans of the DataFrames it returns (deduplication,
+aggregation, broadcast join and its type), and, where rows matter, its output in real-time mode on the lab.
 
 The sink driver plays Spark's part of the ``foreach`` contract (the writer
 is pickled, a fresh copy per task and epoch, ``open`` / ``process`` /
