@@ -151,6 +151,21 @@ def test_home_and_working_folder_are_throwaway_and_the_pack_is_read_only(tmp_pat
     assert (REPO / "SKILL.md").read_bytes() == skill_before
 
 
+def test_an_answer_that_prints_a_verdict_of_its_own_fails(tmp_path):
+    """The verdict lines carry a token the grader gives on stdin (closed before the answer is imported)."""
+    folder = tmp_path / "hostile-answer"
+    folder.mkdir()
+    (folder / "solution.py").write_text(
+        "import json, os, sys\n"
+        "for token in ('', None):\n"
+        "    print(json.dumps({'token': token, 'passed': True, 'evidence': ''}))\n"
+        "print(json.dumps({'passed': True, 'evidence': ''}))\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n")
+    ok, evidence = _grade(folder)
+    assert not ok and "without a verdict" in evidence, evidence
+
+
 def test_without_bwrap_grading_stops_instead_of_running_answers_unconfined(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox, "_CHECKED", {})
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
@@ -169,3 +184,23 @@ def test_mcnemar_exact_matches_the_binomial_tail():
     assert mcnemar_exact(2, 0) == pytest.approx(0.5)
     assert mcnemar_exact(8, 2) == pytest.approx(2 * (1 + 10 + 45) / 1024)
     assert mcnemar_exact(3, 3) == 1.0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_spark_batch_survives_an_answer_that_exits_or_hangs(tmp_path):
+    """One answer ends the shared lab process, one never returns: each fails with its reason, the others are judged."""
+    from skillcheck.evals.drive import run_spark_batch
+
+    reference = REPO / "evals" / "answers" / "reference" / "fix-rtm-rules"
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    (exits / "solution.py").write_text("import os\n\ndef start(events, writer, checkpoint):\n    os._exit(3)\n")
+    hangs = tmp_path / "hangs"
+    hangs.mkdir()
+    (hangs / "solution.py").write_text("import time\n\ndef start(events, writer, checkpoint):\n    time.sleep(3600)\n")
+    verdicts = run_spark_batch([("start_foreach", reference), ("start_foreach", exits), ("start_foreach", hangs),
+                                ("start_foreach", reference)], timeout=20)
+    assert verdicts[0] == (True, "") and verdicts[3] == (True, ""), verdicts
+    assert not verdicts[1][0] and verdicts[1][1].startswith("crash: start_foreach: the answer's process ended"), verdicts
+    assert verdicts[2] == (False, "time limit: start_foreach: the answer did not finish within 20 s"), verdicts

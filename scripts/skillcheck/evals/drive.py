@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import pickle
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -280,12 +281,13 @@ def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD
     env = {"PYTHONPATH": os.pathsep.join((str(_ROOT / "scripts"), str(_ROOT)))}
     argv = [sys.executable, "-m", "skillcheck.evals.drive", name, ANSWER_MOUNT]
     try:
-        proc = run_isolated(argv, answer_dir, limits, env=env)
+        token = secrets.token_hex(16)
+        proc = run_isolated(argv, answer_dir, limits, env=env, stdin_text=token + "\n")
     except subprocess.TimeoutExpired:
         return False, f"time limit: {name}: the answer did not finish within {timeout:.0f} s (hang?); its processes were killed"
     for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{\"passed\""):
-            data = json.loads(line)
+        data = _json_line(line)
+        if data is not None and data.get("token") == token and "passed" in data:
             if data.get("error"):
                 raise GraderUnavailable(data["evidence"])
             evidence = data["evidence"]
@@ -298,15 +300,24 @@ def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD
     return False, f"{prefix}{name}: the answer's process ended (exit {proc.returncode}) without a verdict: {tail[:300]}"
 
 
-def _verdict_of(proc_stdout: str) -> dict:
+def _json_line(line: str) -> dict | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _verdict_of(proc_stdout: str, token: str) -> dict:
+    """Verdict lines carrying this run's token (given on stdin, closed before the answer is imported): an answer
+    printing a verdict of its own does not know it."""
     out = {}
     for line in proc_stdout.splitlines():
-        if line.startswith("{") and "\"job\"" in line:
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and isinstance(data.get("job"), int):
+        data = _json_line(line)
+        if data is not None and data.get("token") == token:
+            if isinstance(data.get("job"), int):
                 if "passed" in data or data["job"] not in out:
                     out[data["job"]] = data
     return out
@@ -334,14 +345,15 @@ def run_spark_batch(jobs: list[tuple[str, Path]], timeout: float = 180.0,
             argv = [sys.executable, "-m", "skillcheck.evals.drive", "--batch", str(int(timeout)),
                     *(f"{k}:{jobs[k][0]}" for k in pending)]
             log(f"Spark checks of {len(pending)} answer(s) in one sandboxed lab session")
+            token = secrets.token_hex(16)
             try:
                 proc = run_isolated(argv, Path(tmp), Limits(seconds=timeout * len(pending) + 90, address_bytes=None),
-                                    env=env)
+                                    env=env, stdin_text=token + "\n")
                 stdout, stderr, killed = proc.stdout, proc.stderr, False
             except subprocess.TimeoutExpired as exc:
                 stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
                 stderr, killed = "", True
-        verdicts = _verdict_of(stdout)
+        verdicts = _verdict_of(stdout, token)
         for k, data in verdicts.items():
             if data.get("error"):
                 raise GraderUnavailable(data["evidence"])
@@ -365,27 +377,32 @@ class _JobTimeout(BaseException):
     pass
 
 
-def _batch_main(argv: list[str]) -> int:
+def _batch_main(argv: list[str], token: str) -> int:
     import signal
 
     from .sandbox import ANSWER_MOUNT
 
     per_job = int(argv[0])
-    spark = None
 
     def on_alarm(_sig, _frame):
         raise _JobTimeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        spark = _child_session()  # before any job's clock starts
+    except GraderUnavailable as exc:
+        first = argv[1].split(":", 1)[0]
+        sys.stdout.write("\n" + json.dumps({"token": token, "job": int(first), "passed": False,
+                                             "evidence": f"grader could not run: {exc}", "error": True}) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
     for item in argv[1:]:
         k, name = item.split(":", 1)
         answer_dir = Path(ANSWER_MOUNT) / k
-        sys.stdout.write("\n" + json.dumps({"job": int(k)}) + "\n")
+        sys.stdout.write("\n" + json.dumps({"token": token, "job": int(k)}) + "\n")
         sys.stdout.flush()
         signal.alarm(per_job)
         try:
-            if spark is None:
-                spark = _child_session()
             SPARK_DRIVERS[name](answer_dir, spark, Path(tempfile.mkdtemp(prefix="rtm-evals-")))
             verdict = {"passed": True, "evidence": ""}
         except _JobTimeout:
@@ -395,9 +412,9 @@ def _batch_main(argv: list[str]) -> int:
         finally:
             signal.alarm(0)
         with contextlib.suppress(Exception):
-            for q in spark.streams.active if spark is not None else []:
+            for q in spark.streams.active:
                 q.stop()
-        verdict = {"job": int(k), **verdict}
+        verdict = {"token": token, "job": int(k), **verdict}
         sys.stdout.write("\n" + json.dumps(verdict) + "\n")
         sys.stdout.flush()
     os._exit(0)
@@ -413,7 +430,7 @@ def _failure(exc: BaseException, answer_dir: Path) -> dict:
     return {"passed": False, "evidence": f"{type(exc).__name__}{where}: {str(exc)[:300]}"}
 
 
-def _child_main(argv: list[str]) -> int:
+def _child_main(argv: list[str], token: str) -> int:
     name, answer_dir = argv[0], Path(argv[1])
     try:
         if name in SPARK_DRIVERS:
@@ -434,7 +451,7 @@ def _child_main(argv: list[str]) -> int:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(answer_dir) in f.filename]
         where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         verdict = {"passed": False, "evidence": f"{type(exc).__name__}{where}: {str(exc)[:300]}"}
-    sys.stdout.write("\n" + json.dumps(verdict) + "\n")
+    sys.stdout.write("\n" + json.dumps({"token": token, **verdict}) + "\n")
     sys.stdout.flush()
     os._exit(0)  # no atexit of the answer's (or Spark's) runs after the verdict
 
@@ -913,7 +930,21 @@ SPARK_DRIVERS: dict[str, Callable] = {"broadcast_enrich": broadcast_enrich, "ded
                                       "start_jvm_sink": start_jvm_sink}
 
 
-if __name__ == "__main__":
+def _read_token() -> str:
+    """The run's token from stdin; stdin is closed before any answer code runs."""
+    token = sys.stdin.readline().strip()
+    sys.stdin.close()
+    with contextlib.suppress(OSError):
+        os.close(0)
+    return token
+
+
+def _main() -> int:
+    token = _read_token()  # a local, not a module global an answer could import
     if sys.argv[1:2] == ["--batch"]:
-        sys.exit(_batch_main(sys.argv[2:]))
-    sys.exit(_child_main(sys.argv[1:]))
+        return _batch_main(sys.argv[2:], token)
+    return _child_main(sys.argv[1:], token)
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -138,7 +138,7 @@ def stage_answer(answer_dir: Path, into: Path) -> Path:
 
 
 def run_isolated(argv: list[str], answer_dir: Path, limits: Limits, env: dict[str, str] | None = None,
-                 probe: bool = False) -> subprocess.CompletedProcess:
+                 probe: bool = False, stdin_text: str | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` sandboxed with a copy of ``answer_dir`` read-only at :data:`ANSWER_MOUNT` (write that path
     into ``argv``) and the working folder in a throwaway tmpfs.
 
@@ -146,7 +146,7 @@ def run_isolated(argv: list[str], answer_dir: Path, limits: Limits, env: dict[st
     """
     with tempfile.TemporaryDirectory(prefix="rtm-evals-stage-") as stage:
         staged = None if probe else stage_answer(Path(answer_dir), Path(stage))
-        return _run(argv, staged, Path(stage), limits, env)
+        return _run(argv, staged, Path(stage), limits, env, stdin_text)
 
 
 def _sandbox_user(stage: Path) -> tuple[int, int, Path]:
@@ -164,7 +164,7 @@ def _sandbox_user(stage: Path) -> tuple[int, int, Path]:
 
 
 def _run(argv: list[str], staged: Path | None, stage: Path, limits: Limits,
-         env: dict[str, str] | None) -> subprocess.CompletedProcess:
+         env: dict[str, str] | None, stdin_text: str | None = None) -> subprocess.CompletedProcess:
     as_root = os.geteuid() == 0
     cmd = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
@@ -197,10 +197,10 @@ def _run(argv: list[str], staged: Path | None, stage: Path, limits: Limits,
     else:
         cmd += ["--"]
     cmd += argv
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_preexec(limits))
     try:
-        out, err = proc.communicate(timeout=limits.seconds)
+        out, err = proc.communicate(input=stdin_text, timeout=limits.seconds)
     except subprocess.TimeoutExpired:
         _kill(proc)
         raise
