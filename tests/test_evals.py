@@ -45,26 +45,6 @@ def _marks(task):
     return marks
 
 
-def _needs_rooms(folder: Path) -> None:
-    """Answers written against the package's rooms (rtm_lakebase.sink, .calc, .postgres) wait for the move."""
-    import importlib.util
-
-    text = "\n".join(p.read_text() for p in folder.glob("*.py"))
-    for room, name in (("rtm_lakebase.sink", "PostgresForeachWriter"), ("rtm_lakebase.postgres", "ConnectionSettings"),
-                       ("rtm_lakebase.calc", "QueryShape"), ("rtm_lakebase.jvm", "start_jvm_sink_query")):
-        if room in text and importlib.util.find_spec("rtm_lakebase") and not _has_name(room, name):
-            pytest.skip(f"{room} arrives with the package move (Rooms commit); this answer uses it")
-
-
-def _has_name(module: str, name: str) -> bool:
-    import importlib
-
-    try:
-        return hasattr(importlib.import_module(module), name)
-    except ImportError:
-        return False
-
-
 # Spark checks of every stored answer run in one sandboxed lab session (one JVM start), verdicts cached.
 _SPARK_CTX = Context()
 
@@ -144,7 +124,6 @@ def test_routing_covers_tasks_that_must_and_must_not_use_the_skill():
 @pytest.mark.parametrize("name", REFERENCE)
 def test_reference_answer_passes(name, request):
     task = BY_NAME[name]
-    _needs_rooms(ANSWERS / "reference" / name)
     result = grade_task(task, ANSWERS / "reference" / name, _ctx(request, task))
     assert result["passed"], result["first_failure"]
     assert [c["check"] for c in result["checks"]] == [c.get("label", c["kind"]) for c in task["checks"]]
@@ -154,7 +133,6 @@ def test_reference_answer_passes(name, request):
 def test_known_wrong_answer_fails_at_its_check(name, variant, request):
     task = BY_NAME[name]
     folder = ANSWERS / "wrong" / name / variant
-    _needs_rooms(folder)
     expected = (folder / "EXPECTED_FAILURE").read_text().strip().splitlines()
     result = grade_task(task, folder, _ctx(request, task))
     failure = result["first_failure"]
@@ -170,7 +148,6 @@ def test_correct_but_unusual_answer_passes(name, variant, request):
     """Helpers, local variables, **kwargs dicts, other names, another design the prompt allows: all pass."""
     task = BY_NAME[name]
     folder = ANSWERS / "unusual" / name / variant
-    _needs_rooms(folder)
     result = grade_task(task, folder, _ctx(request, task))
     assert result["passed"], result["first_failure"]
 

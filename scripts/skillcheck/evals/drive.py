@@ -479,14 +479,9 @@ def _child_session():
         log = Path(tempfile.gettempdir()) / "spark-jvm.log"
         jars = None
         with contextlib.suppress(Exception):  # the JVM sink's jars, when set-up built them (the JVM-sink task)
-            from rtm_lakebase.jvm_sink import jvm_sink_jars
+            from rtm_lakebase.jvm import jvm_sink_jars
 
             jars = jvm_sink_jars()
-        if jars is None:
-            with contextlib.suppress(Exception):
-                from rtm_lakebase.jvm import jvm_sink_jars
-
-                jars = jvm_sink_jars()
         return build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals", jvm_log=str(log),
                              driver_memory="1g", jars=jars)
     except Exception as exc:
@@ -720,7 +715,7 @@ def start_slots(answer_dir: Path, spark, workdir: Path) -> None:
     """``start(spark, writer, checkpoint)`` of the slots fix: real-time foreach query; Kafka source tasks
     (maxPartitions as the query reads it) + shuffle partitions (as the session has them at start) <= 4."""
     sys.path.insert(0, str(_ROOT))
-    from rtm_lakebase.slot_math import QueryShape, kafka_source_tasks
+    from rtm_lakebase.calc import QueryShape, kafka_source_tasks
 
     from .expected import slot_fix as scenario
 

@@ -56,18 +56,10 @@ def native_choice() -> dict:
 
 
 def _calc():
-    """The calculators: ``rtm_lakebase.calc`` (the package's rooms), or the flat modules before the move."""
-    try:
-        from rtm_lakebase import calc
+    """The pack's calculators (``rtm_lakebase.calc``)."""
+    from rtm_lakebase import calc
 
-        return calc
-    except ImportError:
-        import types
-
-        from rtm_lakebase import connection_budget, slot_math
-
-        names = {k: v for m in (slot_math, connection_budget) for k, v in vars(m).items() if not k.startswith("_")}
-        return types.SimpleNamespace(**names)
+    return calc
 
 
 def kafka_max_partitions() -> dict:
