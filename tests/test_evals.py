@@ -315,3 +315,25 @@ def test_installed_skill_has_the_pack_but_no_answers(tmp_path):
     assert (target / "SKILL.md").is_file() and (target / "references").is_dir()
     assert (target / "rtm_lakebase").is_dir() and not (target / "evals").exists()
     assert (tmp_path / ".agents" / "skills" / "spark-rtm-lakebase" / "SKILL.md").is_file()
+
+
+# Wrong answers the static rules already stop: the behaviour grader, run on its own, fails them too.
+PAST_THE_RULES = [
+    ("code-kafka-broadcast", "no-broadcast", "the static side is not broadcast: the plan joins with SortMergeJoin"),
+    ("route-rtm-lakebase", "foreach-batch", "writes with foreachBatch"),
+    ("fix-rtm-rules", "no-output-mode", "output mode None"),
+    ("route-rtm-kafka-alerts", "one-second-trigger", "real-time mode needs at least 5 seconds"),
+]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("name, variant, needle", PAST_THE_RULES, ids=[f"{n}/{v}" for n, v, _ in PAST_THE_RULES])
+def test_behaviour_graders_fail_wrong_answers_without_the_rules(name, variant, needle, spark_verdicts):
+    from skillcheck.evals.checks import Answer
+    from skillcheck.evals.grade import run_check
+
+    task = BY_NAME[name]
+    check = next(c for c in task["checks"] if c["kind"] == "spark")
+    outcome = run_check(check, Answer(ANSWERS / "wrong" / name / variant), spark_verdicts)
+    assert not outcome.passed and not outcome.error and needle in outcome.evidence, outcome
