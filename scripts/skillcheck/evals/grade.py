@@ -2,15 +2,15 @@
 
 Each task lists its checks in order; a task passes when all pass, and its
 report names the first failing check with its evidence. Check kinds:
-static ones (:mod:`checks`), ``run`` (a child-process driver against a real
-Postgres) and ``spark`` (the task's query on the local real-time lab).
+static ones (:mod:`checks`), ``run`` (a sandboxed child-process driver, with a
+throwaway Postgres inside the sandbox where needed) and ``spark`` (the task's
+query shape and rows on a sandboxed local real-time lab, many answers per session).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -60,32 +60,10 @@ def load_tasks(path: Path = EVALS_FILE) -> dict:
 class Context:
     """Shared resources of one grading run: created on first use, closed at the end."""
 
-    pg_dsn: str | None = None
-    spark: object | None = None
     log: Callable[[str], None] = lambda _m: None
     spark_results: dict = field(default_factory=dict)  # (driver, answer folder) -> (passed, evidence), prefetched
     _stack: ExitStack = field(default_factory=ExitStack)
     _tmp: Path | None = None
-
-    def dsn(self) -> str:
-        if self.pg_dsn is None:
-            sys.path.insert(0, str(ROOT))
-            from pack_lab.local_postgres import postgres_dsn
-
-            self.log("starting Postgres (PG_DSN or a throwaway server)")
-            self.pg_dsn = self._stack.enter_context(postgres_dsn())
-        return self.pg_dsn
-
-    def session(self):
-        if self.spark is None:
-            sys.path.insert(0, str(ROOT))
-            from pack_lab.rtm_lab import build_session
-
-            self.log("starting the local real-time Spark lab (about 15 s)")
-            self.spark = build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals")
-            self.spark.sparkContext.setLogLevel("ERROR")  # the report is the output; Spark's warnings are noise
-            self._stack.callback(self.spark.stop)
-        return self.spark
 
     def workdir(self) -> Path:
         if self._tmp is None:
