@@ -231,3 +231,11 @@ def test_the_reader_sees_prose_blocks_and_opt_outs_where_commonmark_does():
     got = sorted((f.line, f.code) for f in shipped_markdown.check_markdown_file("doc.md", text))
     assert got == [(1, "PROSE001"), (10, "PROSE002"), (17, "PROSE004")]
     assert got == sorted((f.line, f.code) for f in _validator_findings("doc.md", text))
+
+
+def test_the_installed_checker_lists_every_code_with_its_fix(installed):
+    proc = run_installed(installed, "--codes")
+    assert proc.returncode == 0 and proc.stderr == ""
+    listed = {line.split()[0] for line in proc.stdout.splitlines()}
+    assert listed == set(shipped_codes.CODES)
+    assert all(" -- " in line for line in proc.stdout.splitlines())
