@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "scripts") not in sys.path:
@@ -239,3 +241,34 @@ def test_the_installed_checker_lists_every_code_with_its_fix(installed):
     listed = {line.split()[0] for line in proc.stdout.splitlines()}
     assert listed == set(shipped_codes.CODES)
     assert all(" -- " in line for line in proc.stdout.splitlines())
+
+
+# Documents built from the constructs the reader must tell apart: prose (with and without a known-wrong claim),
+# list items, quotes, headings, tables, rules, comments and opt-outs, HTML, indented code, and fences of every
+# kind nested in lists and quotes.
+_PY = ["q.writeStream.trigger(realTime=True).start()", "x = 1",
+       "df.writeStream.foreachBatch(f).trigger(realTime='1 second').start()"]
+_PROSE = ["Enable Photon for this.", "Runs on DBR 13.3 only.", "Use realTime=True here", "Nothing wrong here.",
+          "Photon is not needed."]
+_LINES = st.one_of(
+    st.sampled_from(_PROSE),
+    st.tuples(st.sampled_from(["- ", "1. ", "> ", "## ", "    ", "  ", "  - ", "* ", "+ ", "1) ", "10. ", "\t",
+                               "   ", "-\t", ">", "> - "]), st.sampled_from(_PROSE)).map("".join),
+    st.sampled_from(["", "---", "===", "***", "| a | b |", "| --- | --- |", "<div>", "<!--", "-->",
+                     "<!-- skills: allow PROSE001 -- quoted -->", "<!-- skills: allow RTM001 -- shown -->"]),
+)
+_FENCES = st.tuples(st.sampled_from(["```", "~~~", "````"]), st.sampled_from(["python", "text", "", "py"]),
+                    st.lists(st.sampled_from(_PY + _PROSE), max_size=3),
+                    st.sampled_from(["", "  ", "> ", "   ", "    ", "- ", "1. ", "\t", "      "]))
+
+
+def _fence(marker: str, lang: str, body: list[str], prefix: str) -> list[str]:
+    return [prefix + marker + lang] + [prefix + b for b in body] + [prefix + marker]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(_LINES.map(lambda line: [line]), _FENCES.map(lambda f: _fence(*f))), max_size=12))
+def test_the_shipped_markdown_reader_matches_the_validators_parser_on_generated_documents(pieces):
+    text = "\n".join(line for piece in pieces for line in piece) + "\n"
+    shipped = sorted(set(shipped_markdown.check_markdown_file("doc.md", text)))
+    assert shipped == _validator_findings("doc.md", text), text
