@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The rule engine for users' files ships with the skill as rtm_lakebase.check, at the repository root.
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 #: subcommand -> module under skillcheck/commands/ (imported only when that subcommand runs).
 COMMANDS: dict[str, str] = {

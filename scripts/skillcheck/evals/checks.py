@@ -2,7 +2,7 @@
 
 Every check takes ``(answer: Answer, spec: dict)`` and returns a
 :class:`Outcome`; the first failing one is a task's verdict. Code checks use
-the same rule engine as ``skills.py check`` (:mod:`skillcheck.usercheck`),
+the same rule engine as ``skills.py check`` (:mod:`rtm_lakebase.check`),
 not a second copy of the rules.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..findings import Finding
-from ..limits import MAX_FILE_BYTES
-from ..rules.flow import Flow
-from ..usercheck import check_file
+from rtm_lakebase.check.files import check_file
+from rtm_lakebase.check.findings import Finding
+from rtm_lakebase.check.limits import MAX_FILE_BYTES
+from rtm_lakebase.check.rules.flow import Flow
 
 MAX_ANSWER_FILES = 20
 

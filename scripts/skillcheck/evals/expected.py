@@ -103,7 +103,7 @@ def stateful_workers() -> dict:
 
 
 def _checker_codes(rel: str) -> list[str]:
-    from skillcheck.usercheck import check_file
+    from rtm_lakebase.check.files import check_file
 
     path = _ROOT / rel
     return sorted({f.code for f in check_file(path.parent, path.name, rel)})

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ..findings import Finding
-from ..limits import MAX_FINDINGS_PER_FILE
+from rtm_lakebase.check.findings import Finding
+from rtm_lakebase.check.limits import MAX_FINDINGS_PER_FILE
 
 PATTERNS: list[tuple[str, re.Pattern[str], str]] = [
     ("PROSE001", re.compile(

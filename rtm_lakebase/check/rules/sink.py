@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ..findings import Finding
+from rtm_lakebase.check.findings import Finding
 
 
 def _is_open(node: ast.AST) -> bool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ast
 
-from ..findings import Finding
-from .flow import Env, Flow, resolve
+from rtm_lakebase.check.findings import Finding
+from rtm_lakebase.check.rules.flow import Env, Flow, resolve
 
 SQL_METHODS = ("execute", "executemany", "copy")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import re
 
-from ..findings import Finding
-from .flow import Chain, Env, Flow, Link, callee_name, flatten, resolve
+from rtm_lakebase.check.findings import Finding
+from rtm_lakebase.check.rules.flow import Chain, Env, Flow, Link, callee_name, flatten, resolve
 
 MIN_SECONDS = 5.0
 

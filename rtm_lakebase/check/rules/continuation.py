@@ -7,7 +7,7 @@ comment, so the statement ends there) are reported.
 
 from __future__ import annotations
 
-from ..findings import Finding
+from rtm_lakebase.check.findings import Finding
 
 
 def _comment_start(line: str, in_triple: str | None) -> tuple[int | None, str | None]:

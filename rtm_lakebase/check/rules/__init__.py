@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import ast
 
-from ..findings import Finding
-from . import continuation, realtime, sink, sql
-from .flow import Flow
+from rtm_lakebase.check.findings import Finding
+from rtm_lakebase.check.rules import continuation, realtime, sink, sql
+from rtm_lakebase.check.rules.flow import Flow
 
 
 def python_rules(tree: ast.Module, path: str) -> list[Finding]:
