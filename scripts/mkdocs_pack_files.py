@@ -29,6 +29,7 @@ _PUBLISHED = (
     "references/*.md",
     "rtm_lakebase/*.py",
     "rtm_lakebase/*/*.py",
+    "rtm_lakebase/*/*/*.py",
     "rtm_lakebase/*/*.java",
     "upstream/*/*.md",
     "upstream/*/*.py",

@@ -37,6 +37,7 @@ fi
 
 source "$PACK_ROOT/scripts/build_jvm_sink.sh"  # the JVM sink jar and the Postgres JDBC driver
 source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's browser test (installed in CI)
+source "$PACK_ROOT/scripts/install_bubblewrap.sh"  # bubblewrap: the sandbox graded eval answers run in (installed in CI)
 
 # --- Node tools (markdownlint) ---------------------------------------------------
 NEED_NODE="${PACK_NEED_NODE:-1}"

@@ -65,6 +65,14 @@ def jvm_sink_jars() -> list[str]:
 # --8<-- [end:jvm_sink_jars]
 
 
+def _sources_sha() -> str:
+    """The hash the build records: every ``.java`` file beside the writer, concatenated in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name.encode()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _writer_jar() -> Path:
     override = os.environ.get(JAR_ENV)
     jar = Path(override) if override else DEFAULT_JAR
@@ -73,10 +81,11 @@ def _writer_jar() -> Path:
         raise JvmSinkUnavailable(f"the JVM sink jar is not built ({where} not found): {BUILD_HINT}")
     if not override:  # the build records the source's hash next to the jar
         stamp = jar.with_suffix(".sha256")
-        current = hashlib.sha256(SOURCE_FILE.read_bytes()).hexdigest() if SOURCE_FILE.is_file() else None
+        current = _sources_sha() if SOURCE_FILE.is_file() else None
         recorded = stamp.read_text().strip() if stamp.is_file() else None
         if current and recorded != current:
-            raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name}: {BUILD_HINT}")
+            raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name} (or another .java "
+                                     f"file beside it): {BUILD_HINT}")
     return jar
 
 

@@ -12,7 +12,7 @@ Append mode has no key: rows are kept as they come.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -24,11 +24,21 @@ class RowBuffer:
     """Rows (value tuples in column order) buffered for one flush."""
 
     def __init__(self, columns: Sequence[str], key_columns: Sequence[str] = (),
-                 version_column: str | None = None, first_wins: bool = False):
+                 version_column: str | None = None, first_wins: bool = False,
+                 key_forms: Mapping[str, Callable[[Any], Any]] | None = None):
         self.columns = tuple(columns)
         self.key_columns = tuple(key_columns)
         self._key_idx = tuple(self.columns.index(k) for k in self.key_columns)
         self._key_of = itemgetter(*self._key_idx) if self._key_idx else None
+        if self._key_idx and key_forms and any(k in key_forms for k in self.key_columns):
+            # Keys Postgres holds equal must be one key here too ('abc' and 'abc  ' in a char(n) key).
+            forms = [(i, key_forms.get(k)) for k, i in zip(self.key_columns, self._key_idx, strict=True)]
+            if len(forms) == 1:
+                (i, form), = forms
+                self._key_of = lambda v, _i=i, _f=form: _f(v[_i]) if v[_i] is not None else None
+            else:
+                self._key_of = lambda v: tuple(f(v[i]) if f is not None and v[i] is not None else v[i]
+                                               for i, f in forms)
         self._composite = len(self._key_idx) > 1
         self._version_idx = self.columns.index(version_column) if version_column else None
         self._first_wins = first_wins

@@ -32,7 +32,9 @@ class FlushDiagnosis:
     def __init__(self, target: sql.Identifier, target_desc: str, columns: Sequence[str],
                  types: Mapping[str, ColumnInfo], key_of: Callable[[tuple], Mapping[str, Any] | None],
                  write_rows: Callable[[psycopg.Connection, list[tuple]], int],
-                 redact: Callable[[object], str]):
+                 redact: Callable[[object], str],
+                 transport: Callable[[str, Any], Any] = lambda _name, value: value):
+        self.transport = transport  # a value as its column's parameter array carries it
         self.target, self.target_desc = target, target_desc
         self.columns, self.types = tuple(columns), types
         self.key_of, self.write_rows, self.redact = key_of, write_rows, redact
@@ -100,11 +102,13 @@ class FlushDiagnosis:
             for name, value in zip(self.columns, values, strict=True):
                 if value is None:
                     continue
-                statement = sql.SQL("INSERT INTO {} ({}) SELECT * FROM unnest({}::{}[])").format(
-                    probe, sql.Identifier(name), sql.Placeholder(), sql.SQL(self.types[name].base_type))
+                info = self.types[name]
+                pick = sql.SQL("u.c0::{}").format(sql.SQL(info.cast_type)) if info.is_array else sql.SQL("u.c0")
+                statement = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM unnest({}::{}[]) AS u(c0)").format(
+                    probe, sql.Identifier(name), pick, sql.Placeholder(), sql.SQL(info.transport_type))
                 try:
                     with conn.transaction():
-                        conn.execute(statement, [[value]])
+                        conn.execute(statement, [[self.transport(name, value)]])
                 except Exception as exc:  # classified below
                     if classify(exc) is Failure.ROW:
                         return name

@@ -107,7 +107,10 @@ class Flusher:
                 if self.error is None:
                     self.error = exc
                 self._cond.notify_all()
-            log.error("postgres sink: flush failed; raised by the next process() or close(): %s", exc)
+            # Spark's Python foreach reports a worker's error only when the long batch ends (close()):
+            # this line is the prompt signal (see the reference's failure semantics).
+            log.error("postgres sink: flush failed; nothing more is written, and the query fails when this "
+                      "batch ends (the next process() or close() raises it): %s", exc)
 
     def _loop(self) -> None:
         dwell = self._dwell

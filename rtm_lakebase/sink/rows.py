@@ -42,10 +42,15 @@ ACCEPTED: dict[str, frozenset[type]] = {
     "date": frozenset({dt.date}),
     "timestamp without time zone": frozenset({dt.datetime}),
     "timestamp with time zone": frozenset({dt.datetime}),
-    "time without time zone": frozenset({dt.time}), "time with time zone": frozenset({dt.time}),
-    "interval": frozenset({dt.timedelta}),
+    # Spark has no type for these: their text ('13:45', '1 day 02:00') is parsed by Postgres, as an INSERT would.
+    "time without time zone": frozenset({dt.time, str}), "time with time zone": frozenset({dt.time, str}),
+    "interval": frozenset({dt.timedelta, str}),
     "uuid": frozenset({str, uuid.UUID}),
 }
+#: An array column takes a list (of lists, for more dimensions); Postgres checks the elements.
+_ARRAYS: frozenset[type] = frozenset({list, tuple})
+
+
 def _to_decimal(value: Any) -> Decimal:
     return value if isinstance(value, Decimal) else Decimal(repr(value) if type(value) is float else value)
 
@@ -216,7 +221,7 @@ class ValueChecks:
     def __init__(self, columns: Sequence[str], types: Sequence[str], ordered: Iterable[int] = ()):
         self.columns = tuple(columns)
         self.types = tuple(types)
-        self._accepted = [ACCEPTED.get(t) for t in self.types]
+        self._accepted = [ACCEPTED.get(t) or (_ARRAYS if t.endswith("[]") else None) for t in self.types]
         self._ordered = frozenset(ordered)
         self._aware: dict[int, bool] = {}  # column index → datetimes seen so far are aware
 

@@ -39,7 +39,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .links import SCHEME_RE, check_links
 from .markdown import parse
 from .readfile import read_bytes_checked, read_text_checked, safe_exists

@@ -35,7 +35,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .frontmatter import _yaml_shape_problem, parse_front_matter
 from .limits import MAX_NESTING
 from .markdown import parse

@@ -11,6 +11,7 @@ causes it.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.adapt import PyFormat, Transformer
 
 from rtm_lakebase.postgres.connection import ConnectionSettings, connect, redact
 from rtm_lakebase.sink.diagnosis import FlushDiagnosis
@@ -31,6 +33,7 @@ from rtm_lakebase.sink.statements import (
     copy_statement,
     fetch_columns,
     insert_ignore_statement,
+    pg_name,
     primary_key_columns,
     table_identifier,
     upsert_statement,
@@ -46,8 +49,11 @@ class PostgresTarget:
         self.description = self.identifier.as_string(None)
         self.conn: psycopg.Connection | None = None
         self.table_columns: dict[str, ColumnInfo] = {}
-        self.key_columns: tuple[str, ...] = tuple(settings.key_columns)
+        self.key_columns: tuple[str, ...] = tuple(pg_name(k) for k in settings.key_columns)
+        self.version_column = pg_name(settings.version_column) if settings.version_column else None
         self.columns: tuple[str, ...] = ()
+        self._convert: list[Callable[[Any], Any] | None] = []
+        self._transformer: Transformer | None = None
         self._statement: Any = None
         self._checks: ValueChecks | None = None
         self._diagnosis: FlushDiagnosis | None = None
@@ -89,27 +95,38 @@ class PostgresTarget:
         unknown = [k for k in self.key_columns if k not in self.table_columns]
         if unknown:
             raise SinkError(f"key column(s) {unknown} not in table {self.description}")
+        if self.version_column and self.version_column not in self.table_columns:
+            raise SinkError(f"version_column {self.version_column!r} not in table {self.description}")
 
     # -- the statement, once the columns are known ------------------------------------
     def prepare(self, columns: tuple[str, ...]) -> None:
-        """Check the written columns against the table and build the statement for them."""
-        s, table = self.settings, self.table_columns
+        """Check the written columns against the table and build the statement for them.
+
+        Names longer than 63 bytes are cut as Postgres cuts them, so they reach
+        the column a plain ``INSERT`` with the same name reaches.
+        """
+        s, table, version = self.settings, self.table_columns, self.version_column
+        resolved = tuple(pg_name(c) for c in columns)
+        if len(set(resolved)) != len(resolved):
+            same = sorted({c for c, r in zip(columns, resolved, strict=True) if resolved.count(r) > 1})
+            raise SinkError(f"columns {same} are one column in Postgres, which cuts names to 63 bytes")
+        columns = resolved
         unknown = [c for c in columns if c not in table]
         if unknown:
             raise SinkError(f"column(s) {unknown} not in table {self.description}; table columns: {list(table)}")
+        fixed = [f"{c} ({table[c].not_writable})" for c in columns if table[c].not_writable]
+        if fixed:
+            raise SinkError(f"column(s) {fixed} of {self.description} cannot be written (a plain INSERT refuses "
+                            "them too): leave them out of the rows; Postgres fills them")
         if s.mode != "append":
             missing = [k for k in self.key_columns if k not in columns]
             if missing:
                 raise SinkError(f"key column(s) {missing} are not among the written columns {list(columns)}")
-            arrays = [c for c in columns if table[c].is_array]
-            if arrays:
-                raise SinkError(f"column(s) {arrays} are arrays, which unnest cannot carry; "
-                                "use mode='append' or serialise them (e.g. to jsonb)")
-        if s.version_column and s.version_column not in columns:
-            raise SinkError(f"version_column {s.version_column!r} is not among the written columns {list(columns)}")
+        if version and version not in columns:
+            raise SinkError(f"version_column {version!r} is not among the written columns {list(columns)}")
         if s.mode == "upsert":
             statement = upsert_statement(self.identifier, columns, self.key_columns, table,
-                                         s.version_column, s.skip_unchanged)
+                                         version, s.skip_unchanged)
         elif s.mode == "insert_ignore":
             statement = insert_ignore_statement(self.identifier, columns, self.key_columns, table)
         else:
@@ -118,10 +135,58 @@ class PostgresTarget:
         self._statement = statement.as_bytes(self.conn) if self.conn is not None else statement
         self.columns = columns
         self._key_idx = tuple(columns.index(k) for k in self.key_columns) if s.mode != "append" else ()
-        ordered = set(self._key_idx) | ({columns.index(s.version_column)} if s.version_column else set())
+        ordered = set(self._key_idx) | ({columns.index(version)} if version else set())
         self._checks = ValueChecks(columns, [table[c].base_type for c in columns], ordered)
+        self._convert = [self._converter(table[c]) for c in columns]
         self._diagnosis = FlushDiagnosis(self.identifier, self.description, columns, table, self.key_of,
-                                         self._write_rows, self.redact)
+                                         self._write_rows, self.redact, self.transport)
+
+    def _converter(self, info: ColumnInfo) -> Callable[[Any], Any] | None:
+        """How a value travels, when not as it is: arrays as their text form, local times as instants."""
+        if info.is_array and self.settings.mode != "append":  # COPY writes lists itself
+            return self._array_text
+        if info.base_type == "timestamp with time zone":
+            # Spark hands a TimestampType value to Python as the worker's local wall-clock time
+            # (naive); read it in that zone, so the instant does not depend on the server's TimeZone.
+            return lambda v: v.astimezone() if type(v) is dt.datetime and v.tzinfo is None else v
+        return None
+
+    def _array_text(self, value: Any) -> Any:
+        """A list as Postgres array text (``{1,2}``), by psycopg's own text dumper."""
+        if value is None:
+            return None
+        if self._transformer is None:
+            self._transformer = Transformer(self.conn)
+        return bytes(self._transformer.get_dumper(value, PyFormat.TEXT).dump(value)).decode("utf-8")
+
+    def key_forms(self) -> dict[str, Callable[[Any], Any]]:
+        """Per key column, the form in which Postgres compares its keys, where Python's differs.
+
+        ``char(n)`` ignores trailing spaces and ``citext`` case, so ``'abc'`` and
+        ``'abc  '`` are one key: the buffer keeps one row for them (the last, or the
+        first in insert_ignore mode), as writing them one after the other would.
+        """
+        forms: dict[str, Callable[[Any], Any]] = {}
+        for k in self.key_columns:
+            base = self.table_columns[k].base_type
+            if base == "character":
+                forms[k] = lambda v: v.rstrip(" ") if type(v) is str else v
+            elif base == "citext":
+                forms[k] = lambda v: v.lower() if type(v) is str else v
+        return forms
+
+    def transport(self, column: str, value: Any) -> Any:
+        """``value`` of ``column`` as one-column ``unnest`` carries it (for the diagnosis, in every mode)."""
+        if column in self.table_columns and self.table_columns[column].is_array:
+            return self._array_text(value)
+        convert = self._convert[self.columns.index(column)] if column in self.columns else None
+        return convert(value) if convert is not None else value
+
+    def _converted(self, arrays: list) -> list:
+        if not any(self._convert):
+            return arrays
+        return [col if conv is None else [conv(v) for v in col]
+                for col, conv in zip(arrays, self._convert, strict=True)]
 
     def key_of(self, values: tuple) -> dict[str, Any] | None:
         return {k: values[i] for k, i in zip(self.key_columns, self._key_idx, strict=True)} if self._key_idx else None
@@ -138,15 +203,22 @@ class PostgresTarget:
         if problem is not None:
             row, column, reason = problem
             raise self._diagnosis.bad_value(batch[row], self.columns[column], reason)
+        if self.settings.mode == "append":
+            arrays = None if not any(self._convert) else arrays
         written = self._retrying(lambda conn: self._write_rows(conn, batch, arrays), "flush", batch)
         skipped = len(batch) - written if self.settings.mode != "append" else 0
         self.metrics.record_flush((time.perf_counter() - started) * 1000, written, skipped,
-                                  stale=self.settings.version_column is not None, by_timer=by_timer)
+                                  stale=self.version_column is not None, by_timer=by_timer)
 
-    def _write_rows(self, conn: psycopg.Connection, batch: list[tuple], arrays: list[list] | None = None) -> int:
+    def _write_rows(self, conn: psycopg.Connection, batch: list[tuple], arrays: list | None = None) -> int:
+        if arrays is None and any(self._convert):
+            arrays = [list(column) for column in zip(*batch, strict=True)]
+        if arrays is not None:
+            arrays = self._converted(arrays)
         if self.settings.mode == "append":
+            rows = batch if arrays is None else zip(*arrays, strict=True)
             with conn.cursor() as cur, cur.copy(self._statement) as copy:
-                for values in batch:
+                for values in rows:
                     copy.write_row(values)
             return len(batch)
         if arrays is None:

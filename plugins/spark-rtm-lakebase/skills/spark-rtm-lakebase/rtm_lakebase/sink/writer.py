@@ -125,8 +125,9 @@ class PostgresForeachWriter:
         s, target = self.settings, self._target
         layout = RowLayout.for_first_row(row, s.columns, target.key_columns)
         target.prepare(layout.columns)
-        buffer = RowBuffer(layout.columns, target.key_columns if s.mode != "append" else (),
-                           s.version_column, first_wins=s.mode == "insert_ignore")
+        buffer = RowBuffer(target.columns, target.key_columns if s.mode != "append" else (),
+                           target.version_column, first_wins=s.mode == "insert_ignore",
+                           key_forms=target.key_forms())
         self._layout = layout
         self._flusher = Flusher(buffer, target.write, s.max_batch_rows, s.max_dwell_ms,
                                 name=f"pg-sink-flusher-p{self.partition_id}")
