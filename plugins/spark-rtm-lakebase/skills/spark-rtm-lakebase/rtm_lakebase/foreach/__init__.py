@@ -61,7 +61,8 @@ def foreach_jars() -> list[str]:
     if not override:  # the build records the source's hash next to the jar
         stamp = jar.with_suffix(".sha256")
         recorded = stamp.read_text().strip() if stamp.is_file() else None
-        if SOURCE_FILE.is_file() and recorded != hashlib.sha256(SOURCE_FILE.read_bytes()).hexdigest():
+        sources = sorted(SOURCE_FILE.parent.glob("*.java"))  # hashed as the build does: concatenated by name
+        if sources and recorded != hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest():
             raise FastForeachUnavailable(f"the fast foreach jar {jar} is older than {SOURCE_FILE.name}: "
                                          f"{BUILD_HINT}")
     return [str(jar)]
