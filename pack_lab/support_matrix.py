@@ -62,6 +62,12 @@ DOCS_GET_STARTED = "https://docs.databricks.com/gcp/en/structured-streaming/real
 #: The newer copy of the error-class page that lists SHUFFLE_MORE_THAN_ONCE (the
 #: docs.databricks.com copy indexed here predates it).
 DOCS_ERRORS_AZURE_CN = "https://docs.azure.cn/zh-cn/databricks/error-messages/streaming-real-time-mode-error-class"
+#: The newest reference copy (seen 2026-11-25): dropDuplicatesWithinWatermark supported, stream-table
+#: outer joins, a 10 MB broadcast side, Lakeflow pipelines through pipeline configuration.
+DOCS_REFERENCE_NEWEST = "https://learn.microsoft.com/en-us/Azure/databricks/structured-streaming/real-time/reference"
+#: Real-time mode limitations page: transformWithStateInPandas is not supported, the Row-based
+#: transformWithState is (audit of 2026-11-24).
+DOCS_LIMITATIONS = "https://docs.databricks.com/aws/en/structured-streaming/real-time/limitations"
 
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "tests" / "data" / "support_matrix_results.json"
 #: The reference's table sits between these markers; `scripts/skills.py generate` writes it (registered
@@ -417,7 +423,8 @@ ROWS: tuple[MatrixRow, ...] = (
               "supported (state is unbounded)", reduce=id_pairs("k"),
               want=[(0, "a"), (1, "b"), (3, "c")]),
     MatrixRow("`dropDuplicatesWithinWatermark`", "operator", _drop_duplicates_wm, _ALLOWLIST,
-              "not supported", citation=DOCS_ERRORS),
+              "supported on the newest reference (older copies: not supported)",
+              citation=DOCS_REFERENCE_NEWEST),
     MatrixRow("`groupBy().count()`", "operator", _group_by, ACCEPTED, "supported",
               reduce=latest_counts("k"), want=_COUNTS),
     MatrixRow("`dropDuplicates` then `groupBy().count()` (two shuffles)", "operator",
@@ -442,7 +449,7 @@ ROWS: tuple[MatrixRow, ...] = (
               "Python UDFs supported with limitations"),
     MatrixRow("`mapInPandas`", "operator", _map_in_pandas, _ALLOWLIST, "not supported"),
     MatrixRow("`transformWithStateInPandas`", "operator", _tws_in_pandas, _TWS_FAILURE,
-              "`transformWithState` supported (per-row calls, processing-time timers)",
+              "not supported; use the Row-based `transformWithState`", citation=DOCS_LIMITATIONS,
               note=_TWS_NOTE),
     MatrixRow("`transformWithState` (PySpark, Row-based)", "operator", _tws_rows, _TWS_FAILURE,
               "`transformWithState` supported (per-row calls, processing-time timers)",
