@@ -102,6 +102,13 @@ _ALL = [
     Code("RTM008", "session window in a real-time query (not supported)", "Use tumbling or sliding windows (window()).", True),
     Code("RTM009", "non-broadcast join in a real-time query (only broadcast stream-static joins run)",
          "Wrap the static side: stream.join(broadcast(static_df), key).", True),
+    # Databricks' native Lakebase streaming sink (format("postgresql"))
+    Code("LBS001", "Lakebase sink option outside the documented set (JDBC_STREAMING_SINK_INVALID_OPTIONS)",
+         "Use endpoint, database, dbtable, upsertkey, batchsize, batchinterval, checkpointLocation.", True),
+    Code("LBS002", "Lakebase sink written by endpoint without endpoint or dbtable",
+         "Set .option(\"endpoint\", ...) and .option(\"dbtable\", \"schema.table\"), or use .toTable(\"catalog.schema.table\").", True),
+    Code("LBS003", "Lakebase sink batchinterval not a Spark interval (e.g. \"100 ms\")",
+         "Spell the unit out: \"100 milliseconds\".", True),
     # Sink, SQL, syntax
     Code("SINK001", "foreach writer's open() returns a falsy value on an exception (rows silently skipped)",
          "Let the exception propagate (raise) so the task fails and the rows are replayed.", True),

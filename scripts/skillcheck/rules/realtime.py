@@ -12,6 +12,7 @@ import re
 
 from ..findings import Finding
 from .flow import Chain, Env, Flow, Link, callee_name, flatten, resolve
+from .kwargs import keywords
 
 MIN_SECONDS = 5.0
 
@@ -113,9 +114,12 @@ def _finding(link: Link, path: str, code: str, msg: str) -> Finding:
 
 def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
     out: list[Finding] = []
-    rt_links = [l for l in chain.named("trigger") if l.keyword("realTime") is not None]
-    for l in rt_links:
-        out += _check_duration(l.keyword("realTime"), l.env, l.line, l.col, path)
+    rt_links = []
+    for l in chain.named("trigger"):  # realTime=..., or **{"realTime": ...} through variables
+        value = keywords(l)[0].get("realTime")
+        if value is not None:
+            rt_links.append(l)
+            out += _check_duration(value[0], value[1], l.line, l.col, path)
     for l in chain.named("RealTime"):
         if l.call is not None and l.call.args:
             out += _check_duration(l.call.args[0], l.env, l.line, l.col, path)
@@ -135,7 +139,7 @@ def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
     if not modes and chain.has("writeStream") and chain.has("start", "toTable"):
         out.append(_finding(anchor, path, "RTM004", "real-time query without outputMode(\"update\") (the default, append, is rejected)"))
     for l in chain.named("dropDuplicatesWithinWatermark"):
-        out.append(_finding(l, path, "RTM005", "dropDuplicatesWithinWatermark is not supported in a real-time query"))
+        out.append(_finding(l, path, "RTM005", "dropDuplicatesWithinWatermark is not supported in an open-source real-time query (Spark 4.x; older Databricks runtimes)"))
     for l in chain.named("mapInPandas", "mapInArrow"):
         out.append(_finding(l, path, "RTM007", f"{l.name} is not supported in a real-time query"))
     for l in chain.links:
