@@ -39,7 +39,7 @@ EXTENSIONS = (".py", ".ipynb", ".md")
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "env", "node_modules", "__pycache__", "site-packages",
              ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache", ".tox", "build", "dist", "site"}
 #: Codes that speak about the user's code; pack-only codes (manifest, front matter, excerpts, ...) are dropped.
-USER_PREFIXES = ("RTM", "SINK", "SQL", "CONT", "PROSE", "PY", "OPT", "PACK002", "PACK003", "PACK004", "PACK005")
+USER_PREFIXES = ("RTM", "LBS", "SINK", "SQL", "CONT", "PROSE", "PY", "OPT", "PACK002", "PACK003", "PACK004", "PACK005")
 MAX_FILES = 5_000
 
 MAGIC_LINE_RE = re.compile(r"^\s*[%!]")

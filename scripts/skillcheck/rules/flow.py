@@ -277,6 +277,10 @@ class Flow:
         for k in call.keywords:
             if k.arg in params:
                 bound[k.arg] = Binding(k.value, env)
+        if fn.args.kwarg is not None:  # **extra: the keywords no parameter took, as dict(...)
+            extra = [k for k in call.keywords if k.arg is None or k.arg not in params]
+            bound[fn.args.kwarg.arg] = Binding(
+                ast.Call(func=ast.Name(id="dict", ctx=ast.Load()), args=[], keywords=extra), env)
         returns = self._walk_function(fn, bound, name)
         if not returns:
             return env
