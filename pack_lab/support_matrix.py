@@ -64,7 +64,7 @@ DOCS_GET_STARTED = "https://docs.databricks.com/gcp/en/structured-streaming/real
 DOCS_ERRORS_AZURE_CN = "https://docs.azure.cn/zh-cn/databricks/error-messages/streaming-real-time-mode-error-class"
 #: The newest reference copy (seen 2026-11-25): dropDuplicatesWithinWatermark supported, stream-table
 #: outer joins, a 10 MB broadcast side, Lakeflow pipelines through pipeline configuration.
-DOCS_REFERENCE_NEWEST = "https://learn.microsoft.com/en-us/Azure/databricks/structured-streaming/real-time/reference"
+DOCS_REFERENCE_NEWEST = "https://learn.microsoft.com/en-us/azure/databricks/structured-streaming/real-time/reference"
 #: Real-time mode limitations page: transformWithStateInPandas is not supported, the Row-based
 #: transformWithState is (audit of 2026-11-24).
 DOCS_LIMITATIONS = "https://docs.databricks.com/aws/en/structured-streaming/real-time/limitations"
