@@ -23,8 +23,8 @@ import argparse
 import os
 import sys
 
-from rtm_lakebase.kafka_patterns import kafka_source_options, parse_payments
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+from rtm_lakebase.pipelines import kafka_source_options, parse_payments
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
 COLUMNS = ("payment_id", "account_id", "amount", "currency", "event_ms")
 

@@ -5,7 +5,7 @@
 #
 # - The jar goes to rtm_lakebase/jvm/build/ (git-ignored). It is rebuilt only when the
 #   source, javac or pyspark changes (a content stamp); rtm-lakebase-jvm-sink.sha256 next to
-#   it records the source's hash, which rtm_lakebase.jvm_sink checks before using the jar.
+#   it records the source's hash, which rtm_lakebase.jvm.sink checks before using the jar.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink

@@ -87,7 +87,7 @@ def test_package_holds_the_skill_the_users_package_and_examples_only(package):
     assert files == install_files(REPO)
     assert "SKILL.md" in files and "agents/openai.yaml" in files
     assert {f.split("/")[0] for f in files} == {"SKILL.md", "agents", "references", "rtm_lakebase", "examples"}
-    assert "rtm_lakebase/lakebase_sink.py" in files and "examples/kafka_to_lakebase_upsert.py" in files
+    assert "rtm_lakebase/sink/writer.py" in files and "examples/kafka_to_lakebase_upsert.py" in files
     # the JVM sink ships as source (the user compiles it), never as a build output
     assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in files
     assert not [f for f in files if f.endswith((".jar", ".class", ".pyc"))]

@@ -124,7 +124,7 @@ def test_insert_if_absent_downstream_stays_exact(spark, tmp_path, published, pg_
     import psycopg
 
     from pack_lab.rtm_lab import RealTimeMemorySource
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     table = f"hop_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -1,7 +1,7 @@
 /*
  * A low-latency Postgres/Lakebase sink for Spark Structured Streaming (real-time mode or
  * micro-batch): a ForeachWriter<Row> that stays in the JVM, so rows never wait for a Python
- * worker. Built by scripts/build_jvm_sink.sh; driven from Python by rtm_lakebase/jvm_sink.py.
+ * worker. Built by scripts/build_jvm_sink.sh; driven from Python by rtm_lakebase/jvm/sink.py.
  *
  * - One JDBC connection per task, opened in open() with bounded, jittered retries; open()
  *   throws on failure (returning false would make Spark drop the partition's rows silently).

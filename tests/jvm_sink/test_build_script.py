@@ -118,5 +118,5 @@ def test_the_wheel_ships_the_java_source_but_no_build_output(tmp_path):
     assert "Package would be ignored" not in proc.stderr
     (wheel,) = (tmp_path / "wheels").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm_sink.py" in names
+    assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm/sink.py" in names
     assert not [n for n in names if "/build/" in n or n.endswith((".jar", ".class"))]

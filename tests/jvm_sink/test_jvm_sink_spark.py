@@ -16,8 +16,8 @@ from psycopg import sql
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
-from rtm_lakebase.jvm_sink import build_jvm_writer, start_jvm_sink_query
-from rtm_lakebase.pg_statements import create_table_sql
+from rtm_lakebase.jvm.sink import build_jvm_writer, start_jvm_sink_query
+from rtm_lakebase.sink.statements import create_table_sql
 from tests.jvm_sink.conftest import query_error, require_password_auth, wait_until
 from tests.sink.helpers import make_table, table_rows
 

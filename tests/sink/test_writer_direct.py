@@ -11,11 +11,11 @@ import pytest
 from psycopg import sql
 from pyspark.sql import Row
 
-from rtm_lakebase.connection_budget import ConnectionBudgetExceeded, check_connection_budget, max_connections
-from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkError, SinkSettings
-from rtm_lakebase.pg_connection import ConnectionSettings, Secret, redact
-from rtm_lakebase.pg_statements import create_table_sql
-from rtm_lakebase.sink_metrics import percentile
+from rtm_lakebase.calc.connection_budget import ConnectionBudgetExceeded, check_connection_budget, max_connections
+from rtm_lakebase.postgres.connection import ConnectionSettings, Secret, redact
+from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkError, SinkSettings
+from rtm_lakebase.sink.metrics import percentile
+from rtm_lakebase.sink.statements import create_table_sql
 from tests.sink.helpers import make_table, table_rows, wait_for_count
 
 pytestmark = pytest.mark.postgres
@@ -384,7 +384,7 @@ def test_schema_dot_table_is_read_as_sql_reads_it(pg_dsn, pg_conn, table_name):
 def test_one_way_to_build_a_writer_and_mode_is_typed():
     import typing
 
-    import rtm_lakebase.lakebase_sink as sink
+    import rtm_lakebase.sink.writer as sink
 
     assert not hasattr(sink, "writer_for")
     with pytest.raises(TypeError):

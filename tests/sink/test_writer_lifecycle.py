@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkError, SinkSettings
-from rtm_lakebase.sink_metrics import SinkMetrics
+from rtm_lakebase.sink import PostgresForeachWriter, SinkError, SinkSettings
+from rtm_lakebase.sink.metrics import SinkMetrics
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres

@@ -233,7 +233,7 @@ class _FakeSpark:
 def slot_fix(answer_dir: Path, _dsn: str = "") -> None:
     """The fixed query fits 4 task slots: Kafka source tasks (maxPartitions) + shuffle partitions <= 4."""
     sys.path.insert(0, str(_ROOT))
-    from rtm_lakebase.slot_math import QueryShape, kafka_source_tasks
+    from rtm_lakebase.calc.sizing import QueryShape, kafka_source_tasks
 
     from .expected import slot_fix as scenario
 

@@ -17,7 +17,7 @@ if str(_ROOT) not in sys.path:
 def task_slots() -> dict:
     """48-partition Kafka topic read with maxPartitions=16, one aggregation into 8 shuffle partitions,
     then a repartition(4) before the sink; 8-core workers at 50 % target utilisation."""
-    from rtm_lakebase.slot_math import QueryShape, kafka_source_tasks, plan_cluster
+    from rtm_lakebase.calc.sizing import QueryShape, kafka_source_tasks, plan_cluster
 
     shape = QueryShape(kafka_source_tasks(48, 16), (8, 4))
     plan = plan_cluster(shape, cores_per_worker=8, target_utilisation=0.5)
@@ -27,7 +27,7 @@ def task_slots() -> dict:
 def connection_budget() -> dict:
     """2 CU Lakebase compute; the sink stage has 64 tasks; 6 app replicas with pool max 40; 10 reserved.
     Then: the largest sink-task count that still fits on the same compute."""
-    from rtm_lakebase.connection_budget import ConnectionBudgetExceeded, check_connection_budget, max_connections
+    from rtm_lakebase.calc.connection_budget import ConnectionBudgetExceeded, check_connection_budget, max_connections
 
     cap = max_connections(2)
     planned = 64 + 6 * 40 + 10
