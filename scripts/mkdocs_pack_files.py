@@ -29,6 +29,7 @@ _PUBLISHED = (
     "references/*.md",
     "rtm_lakebase/*.py",
     "rtm_lakebase/*/*.py",
+    "rtm_lakebase/*/*/*.py",
     "rtm_lakebase/jvm/*.java",
     "pack_lab/*.py",
     "examples/*.py",

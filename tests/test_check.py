@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.rules import python_rules
-from skillcheck.usercheck import UsageProblem, check_paths
+from rtm_lakebase.check.files import UsageProblem, check_paths
+from rtm_lakebase.check.rules import python_rules
 
 FILES = REPO / "tests" / "check_files"
 SCRIPT = REPO / "scripts" / "skills.py"

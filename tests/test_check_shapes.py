@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.rules import python_rules
-from skillcheck.usercheck import check_paths
+from rtm_lakebase.check.files import check_paths
+from rtm_lakebase.check.rules import python_rules
 
 W = 'df.writeStream.foreach(w).outputMode("update")'
 SINK = 'df.writeStream.format("postgresql").outputMode("update")'

@@ -20,7 +20,7 @@ if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
 from examples import native_lakebase_sink as ex
-from skillcheck.rules import native_sink, python_rules
+from rtm_lakebase.check.rules import native_sink, python_rules
 
 SOURCE = (REPO / "examples" / "native_lakebase_sink.py").read_text(encoding="utf-8")
 
