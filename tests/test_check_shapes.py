@@ -44,6 +44,9 @@ SHAPES = {
     "reassigned writer, dict trigger": ('t = {{"realTime": "1 minute"}}\nq = df.writeStream\nq = q.{v}(w)\n'
                                         'q = q.outputMode("update")\nq = q.trigger(**t)\nq.start()\n',
                                         'foreachBatch', 'foreach', {"RTM003"}),
+    "output mode in start(**kwargs)": ('s = {{"outputMode": {v}}}\n'
+                                       'df.writeStream.foreach(w).trigger(**{{"realTime": "1 minute"}}).start(**s)\n',
+                                       '"append"', '"update"', {"RTM004"}),
     "sink options dict": ('opts = {{"endpoint": "p.b.e", "dbtable": "s.t", "batchinterval": {v}}}\n'
                           + SINK + '.options(**opts).trigger(realTime="5 minutes").start()\n',
                           '"100 ms"', '"100 milliseconds"', {"LBS003"}),

@@ -128,15 +128,24 @@ def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
     anchor = (rt_links or chain.named("RealTime"))[0]
     for l in chain.named("foreachBatch"):
         out.append(_finding(l, path, "RTM003", "foreachBatch is rejected in a real-time query; use foreach(writer)"))
-    modes = chain.named("outputMode")
-    for l in modes:
+    # The mode comes from .outputMode(m) or from start()/toTable()'s outputMode= keyword (also through **kwargs).
+    modes: list[tuple[Link, ast.expr | None, Env]] = []
+    mode_unknown = False
+    for l in chain.named("outputMode"):
         arg = l.call.args[0] if l.call is not None and l.call.args else None
+        modes.append((l, arg, l.env))
+    for l in chain.named("start", "toTable"):
+        kws, complete = keywords(l)
+        mode_unknown = mode_unknown or not complete
+        if "outputMode" in kws:
+            modes.append((l, kws["outputMode"][0], kws["outputMode"][1]))
+    for l, arg, env in modes:
         if arg is not None:
-            value, _ = resolve(arg, l.env)
+            value, _ = resolve(arg, env)
             if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.lower() != "update":
                 out.append(_finding(l, path, "RTM004", f"outputMode({value.value!r}) in a real-time query; only \"update\" runs"))
     # Only where this chain creates the writer: one received from elsewhere (a parameter) may have its mode.
-    if not modes and chain.has("writeStream") and chain.has("start", "toTable"):
+    if not modes and not mode_unknown and chain.has("writeStream") and chain.has("start", "toTable"):
         out.append(_finding(anchor, path, "RTM004", "real-time query without outputMode(\"update\") (the default, append, is rejected)"))
     for l in chain.named("dropDuplicatesWithinWatermark"):
         out.append(_finding(l, path, "RTM005", "dropDuplicatesWithinWatermark is not supported in an open-source real-time query (Spark 4.x; older Databricks runtimes)"))
