@@ -46,7 +46,7 @@ def start(spark, bootstrap_servers: str, topic: str, dsn: str, checkpoint: str, 
     return (payments_for_upsert(kafka).writeStream.foreach(payments_writer(dsn, table))
             .outputMode("update")
             .option("checkpointLocation", checkpoint)
-            .trigger(realTime="5 seconds")
+            .trigger(realTime="5 seconds")  # the OSS minimum; use minutes in production (see the trigger reference)
             .start())
 
 

@@ -146,6 +146,8 @@ def start_upsert_query(events, dsn: str, table: str, checkpoint: str, real_time:
               .outputMode("update")
               .option("checkpointLocation", checkpoint))
     if real_time:
+        # 5 s is the open-source minimum and keeps tests short; production uses minutes
+        # (references/trigger-and-cost-optimization.md, "Trigger length").
         stream = stream.trigger(realTime="5 seconds")
     else:
         stream = stream.trigger(processingTime="0 seconds")

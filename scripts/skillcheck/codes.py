@@ -87,6 +87,9 @@ _ALL = [
     USER_CODES["RTM007"],
     USER_CODES["RTM008"],
     USER_CODES["RTM009"],
+    USER_CODES["LBS001"],
+    USER_CODES["LBS002"],
+    USER_CODES["LBS003"],
     # Sink, SQL, syntax
     USER_CODES["SINK001"],
     USER_CODES["SQL001"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from rtm_lakebase.check.findings import Finding
-from rtm_lakebase.check.rules import continuation, realtime, sink, sql
+from rtm_lakebase.check.rules import continuation, native_sink, realtime, sink, sql
 from rtm_lakebase.check.rules.flow import Flow
 
 
@@ -19,6 +19,7 @@ def python_rules(tree: ast.Module, path: str) -> list[Finding]:
     out += realtime.check(flow, path)
     out += sink.check(tree, path)
     out += sql.check(flow, path)
+    out += native_sink.check(flow, path)
     return out
 
 

@@ -125,6 +125,12 @@ def flatten(expr: ast.expr, env: Env, depth: int = 0) -> Chain:
     return Chain(expr, env)
 
 
+def _is_mapping(expr: ast.expr) -> bool:
+    """A dict literal or a ``dict(...)`` call (item assignment on anything else is left alone)."""
+    return isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)
+                                          and expr.func.id == "dict")
+
+
 def callee_name(call: ast.AST) -> str | None:
     """``f(...)`` -> 'f', ``F.f(...)`` -> 'f'."""
     if not isinstance(call, ast.Call):
@@ -277,6 +283,10 @@ class Flow:
         for k in call.keywords:
             if k.arg in params:
                 bound[k.arg] = Binding(k.value, env)
+        if fn.args.kwarg is not None:  # **extra: the keywords no parameter took, as dict(...)
+            extra = [k for k in call.keywords if k.arg is None or k.arg not in params]
+            bound[fn.args.kwarg.arg] = Binding(
+                ast.Call(func=ast.Name(id="dict", ctx=ast.Load()), args=[], keywords=extra), env)
         returns = self._walk_function(fn, bound, name)
         if not returns:
             return env
@@ -312,9 +322,14 @@ class Flow:
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             targets, value = [stmt.target], stmt.value
         names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if value is None or not names:
+        if value is None:
             return env
         new = dict(env)
         for name in names:
             new[name] = Binding(value, env)
+        for t in targets:  # d["key"] = value: d becomes {**d_before, "key": value}
+            if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in env
+                    and _is_mapping(resolve(t.value, env)[0])):
+                merged = ast.Dict(keys=[None, t.slice], values=[ast.Name(id=t.value.id, ctx=ast.Load()), value])
+                new[t.value.id] = Binding(merged, env)
         return new

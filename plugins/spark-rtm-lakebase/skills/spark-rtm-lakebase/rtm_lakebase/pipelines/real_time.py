@@ -100,7 +100,8 @@ def dedup_events_bounded(events: DataFrame, max_delay: str = "10 minutes") -> Da
     retry must carry the same ``event_ms`` as its original (the simulator's
     do); a copy arriving more than ``max_delay`` behind the newest event time
     is no longer recognised. ``dropDuplicatesWithinWatermark`` would be the
-    usual tool but RTM rejects it.
+    usual tool, but open-source RTM rejects it (Spark 5.0 adds it; the newest
+    Databricks reference lists it as supported).
     """
     from pyspark.sql import functions as F
 

@@ -12,6 +12,7 @@ import re
 
 from rtm_lakebase.check.findings import Finding
 from rtm_lakebase.check.rules.flow import Chain, Env, Flow, Link, callee_name, flatten, resolve
+from rtm_lakebase.check.rules.kwargs import keywords
 
 MIN_SECONDS = 5.0
 
@@ -113,9 +114,12 @@ def _finding(link: Link, path: str, code: str, msg: str) -> Finding:
 
 def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
     out: list[Finding] = []
-    rt_links = [l for l in chain.named("trigger") if l.keyword("realTime") is not None]
-    for l in rt_links:
-        out += _check_duration(l.keyword("realTime"), l.env, l.line, l.col, path)
+    rt_links = []
+    for l in chain.named("trigger"):  # realTime=..., or **{"realTime": ...} through variables
+        value = keywords(l)[0].get("realTime")
+        if value is not None:
+            rt_links.append(l)
+            out += _check_duration(value[0], value[1], l.line, l.col, path)
     for l in chain.named("RealTime"):
         if l.call is not None and l.call.args:
             out += _check_duration(l.call.args[0], l.env, l.line, l.col, path)
@@ -124,18 +128,27 @@ def check_chain(chain: Chain, udfs: set[str], path: str) -> list[Finding]:
     anchor = (rt_links or chain.named("RealTime"))[0]
     for l in chain.named("foreachBatch"):
         out.append(_finding(l, path, "RTM003", "foreachBatch is rejected in a real-time query; use foreach(writer)"))
-    modes = chain.named("outputMode")
-    for l in modes:
+    # The mode comes from .outputMode(m) or from start()/toTable()'s outputMode= keyword (also through **kwargs).
+    modes: list[tuple[Link, ast.expr | None, Env]] = []
+    mode_unknown = False
+    for l in chain.named("outputMode"):
         arg = l.call.args[0] if l.call is not None and l.call.args else None
+        modes.append((l, arg, l.env))
+    for l in chain.named("start", "toTable"):
+        kws, complete = keywords(l)
+        mode_unknown = mode_unknown or not complete
+        if "outputMode" in kws:
+            modes.append((l, kws["outputMode"][0], kws["outputMode"][1]))
+    for l, arg, env in modes:
         if arg is not None:
-            value, _ = resolve(arg, l.env)
+            value, _ = resolve(arg, env)
             if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.lower() != "update":
                 out.append(_finding(l, path, "RTM004", f"outputMode({value.value!r}) in a real-time query; only \"update\" runs"))
     # Only where this chain creates the writer: one received from elsewhere (a parameter) may have its mode.
-    if not modes and chain.has("writeStream") and chain.has("start", "toTable"):
+    if not modes and not mode_unknown and chain.has("writeStream") and chain.has("start", "toTable"):
         out.append(_finding(anchor, path, "RTM004", "real-time query without outputMode(\"update\") (the default, append, is rejected)"))
     for l in chain.named("dropDuplicatesWithinWatermark"):
-        out.append(_finding(l, path, "RTM005", "dropDuplicatesWithinWatermark is not supported in a real-time query"))
+        out.append(_finding(l, path, "RTM005", "dropDuplicatesWithinWatermark is not supported in an open-source real-time query (Spark 4.x; older Databricks runtimes)"))
     for l in chain.named("mapInPandas", "mapInArrow"):
         out.append(_finding(l, path, "RTM007", f"{l.name} is not supported in a real-time query"))
     for l in chain.links:
