@@ -29,6 +29,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PATH_STYLE = {
     "rtm-jvm": ("#1b7837", "real-time mode + JVM sink"),
     "rtm-python": ("#c51b7d", "real-time mode + Python foreach"),
+    "rtm-fast-foreach": ("#e08214", "real-time mode + fast Python foreach"),
     "microbatch": ("#2166ac", "micro-batch (0 s) + Python foreach"),
 }
 

@@ -1,4 +1,4 @@
-"""End-to-end demo: one workload, three ways into Postgres, verified and compared.
+"""End-to-end demo: one workload, four ways into Postgres, verified and compared.
 
 Run it with ``bash scripts/demo.sh`` (or ``python -m pack_lab.demo --help``).
 A simulated upstream sends events (with a share of retried duplicates) at a
@@ -6,15 +6,17 @@ set rate; a query deduplicates them and upserts them into a fresh table:
 
 1. ``rtm-jvm`` — real-time mode (``trigger(realTime=...)``) writing through the
    JVM sink (``rtm_lakebase.jvm.sink``);
-2. ``rtm-python`` — real-time mode writing through the Python ``foreach`` sink;
-3. ``microbatch`` — micro-batch with a 0 s trigger and the Python sink.
+2. ``rtm-fast-foreach`` — real-time mode, the same Python sink through
+   ``rtm_lakebase.foreach.start_foreach_query`` (rows reach it as they come);
+3. ``rtm-python`` — real-time mode writing through the Python ``foreach`` sink;
+4. ``microbatch`` — micro-batch with a 0 s trigger and the Python sink.
 
 After each path the table must hold exactly one row per distinct event sent
 (0 missing, 0 duplicated). The demo prints live progress, then a side-by-side
 table of sink-visible latency (sent → visible in Postgres) and engine latency
 (sent → the row's per-row JVM clock inside the query), writes a JSON report
 and a latency chart, and names both on its last lines. Without a built JVM
-sink it runs the other two paths and says why.
+sink (or fast foreach jar) it runs the other paths and says why.
 
 Every flag is checked before Spark or Postgres start; a bad ``PG_DSN`` stops
 it in one line. Nothing is left behind on any exit path, Ctrl-C and SIGTERM
@@ -125,6 +127,16 @@ def jvm_sink_jars() -> tuple[list[str], str | None]:
     return jars, None
 
 
+def fast_foreach_jars() -> tuple[list[str], str | None]:
+    """``(jars, None)`` when the fast foreach writer is built, else ``([], why not)``."""
+    from rtm_lakebase.foreach import foreach_jars
+
+    try:
+        return list(foreach_jars()), None
+    except Exception as exc:  # not built (no javac), stale
+        return [], _one_line(exc)
+
+
 def jvm_dsn_problem(dsn: str) -> str | None:
     """Why the JVM sink cannot use ``dsn`` (e.g. a Unix-socket host), or ``None``; never the secret."""
     from rtm_lakebase.jvm.sink import jdbc_url
@@ -154,8 +166,13 @@ def start_query(path: str, events, dsn: str, table: str, checkpoint: str, option
             version_column="seq", batchsize=options.max_batch_rows,
             batchinterval_ms=options.max_dwell_ms, checkpoint_location=checkpoint,
             trigger={"realTime": options.trigger}, query_name=name)
-    trigger = ({"realTime": options.trigger} if path == "rtm-python"
+    trigger = ({"realTime": options.trigger} if path in ("rtm-python", "rtm-fast-foreach")
                else {"processingTime": "0 seconds"})
+    if path == "rtm-fast-foreach":
+        from rtm_lakebase.foreach import start_foreach_query
+
+        return start_foreach_query(events, make_writer(dsn, table, options), checkpoint_location=checkpoint,
+                                   trigger=trigger, query_name=name)
     return (events.writeStream
             .queryName(name)
             .foreach(make_writer(dsn, table, options))
@@ -416,8 +433,9 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
 def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> list[PathResult]:
     """Run every selected path against ``dsn``, one after the other; return their results."""
     jars, why_not = jvm_sink_jars() if "rtm-jvm" in options.paths else ([], None)
+    fast_jars, fast_why_not = fast_foreach_jars() if "rtm-fast-foreach" in options.paths else ([], None)
     if spark is None:
-        spark = start_session(options, jars, log)
+        spark = start_session(options, jars + fast_jars, log)
     else:
         from pack_lab.rtm_lab import local_cores
         from rtm_lakebase.calc.sizing import check_local, stateful_query
@@ -430,14 +448,18 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> li
             raise RuntimeError(local.message)
     if jars and not session_has_jars(spark, jars):
         jars, why_not = [], "the running SparkSession was started without the JVM sink jar"
+    if fast_jars and not session_has_jars(spark, fast_jars):
+        fast_jars, fast_why_not = [], "the running SparkSession was started without the fast foreach jar"
     if jars:
         why_not = jvm_dsn_problem(dsn)
         jars = [] if why_not else jars
     results = []
     for path in options.paths:
-        if path == "rtm-jvm" and not jars:
-            log(f"[demo {path}] skipped: {why_not}")
-            results.append(PathResult(path=path, title=PATH_TITLES[path], skipped=why_not))
+        skip = (why_not if path == "rtm-jvm" and not jars
+                else fast_why_not if path == "rtm-fast-foreach" and not fast_jars else None)
+        if skip:
+            log(f"[demo {path}] skipped: {skip}")
+            results.append(PathResult(path=path, title=PATH_TITLES[path], skipped=skip))
             continue
         try:
             results.append(run_path(spark, options, dsn, path, log))

@@ -32,14 +32,20 @@ SHUFFLE_PARTITIONS = 2
 @pytest.fixture(scope="session")
 def spark():
     from pack_lab.rtm_lab import build_session
+    from rtm_lakebase.foreach import FastForeachUnavailable, foreach_jars
     from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
+    jars: list[str] = []
     try:  # the JVM sink's jars, when built (scripts/setup.sh builds them where javac exists)
-        jars = jvm_sink_jars()
+        jars += jvm_sink_jars()
     except JvmSinkUnavailable:
-        jars = None
+        pass
+    try:  # the fast foreach writer's jar, built by the same script
+        jars += foreach_jars()
+    except FastForeachUnavailable:
+        pass
     session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
-                            app_name="rtm-pack-tests", jars=jars)
+                            app_name="rtm-pack-tests", jars=jars or None)
     yield session
     for query in session.streams.active:
         query.stop()

@@ -1,4 +1,4 @@
-"""The main job: the three-way demo lands each distinct event once, refuses bad input in one line,
+"""The main job: the demo lands each distinct event once, refuses bad input in one line,
 and leaves nothing behind on any exit path (Ctrl-C and SIGTERM included)."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_defaults_are_valid_and_take_about_two_minutes():
     options = DemoOptions()
     feed_s = options.rows / options.rows_per_second * len(options.paths)
     assert 40 <= feed_s <= 90, feed_s  # plus start-up and drains: about two minutes in all
-    assert options.paths == ("rtm-jvm", "rtm-python", "microbatch")
+    assert options.paths == ("rtm-jvm", "rtm-fast-foreach", "rtm-python", "microbatch")
 
 
 # --------------------------------------------------------------------- PG_DSN
@@ -297,6 +297,7 @@ def test_signal_mid_run_leaves_no_table_and_no_checkpoint(signum, pg_dsn, pg_con
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_demo_lands_each_distinct_event_once_on_every_path(spark, pg_dsn, pg_conn, tmp_path):
+    from rtm_lakebase.foreach import FastForeachUnavailable, foreach_jars
     from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
     try:
@@ -304,14 +305,19 @@ def test_demo_lands_each_distinct_event_once_on_every_path(spark, pg_dsn, pg_con
         jvm_built = True
     except JvmSinkUnavailable:
         jvm_built = False
+    try:
+        foreach_jars()
+        fast_built = True
+    except FastForeachUnavailable:
+        fast_built = False
     options = DemoOptions(rows=1500, rows_per_second=750, keys=50, duplicate_pct=10,
                           partitions=1, timeout_s=150, trigger="5 seconds")
     before = set(demo_tables(pg_conn))
     lines = []
     results = demo.run_demo(options, pg_dsn, log=lines.append, spark=spark)
-    assert [r.path for r in results] == ["rtm-jvm", "rtm-python", "microbatch"]
+    assert [r.path for r in results] == ["rtm-jvm", "rtm-fast-foreach", "rtm-python", "microbatch"]
     for result in results:
-        if result.path == "rtm-jvm" and not jvm_built:
+        if (result.path == "rtm-jvm" and not jvm_built) or (result.path == "rtm-fast-foreach" and not fast_built):
             assert result.skipped and not result.ok
             continue
         assert result.error is None, result

@@ -94,6 +94,7 @@ def test_package_holds_the_skill_the_users_package_and_examples_only(package):
     assert "rtm_lakebase/sink/writer.py" in files and "examples/kafka_to_lakebase_upsert.py" in files
     # the JVM sink ships as source (the user compiles it), never as a build output
     assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in files
+    assert "rtm_lakebase/foreach/LowLatencyPythonForeachWriter.java" in files  # the fast foreach writer too
     assert not [f for f in files if f.endswith((".jar", ".class", ".pyc"))]
 
 

@@ -35,6 +35,7 @@ def check_shape(results: dict) -> None:
 @pytest.mark.spark
 @pytest.mark.postgres
 def test_quick_sweep_lands_every_row_on_every_path(spark, pg_dsn, tmp_path, capsys):
+    from rtm_lakebase.foreach import FastForeachUnavailable, foreach_jars
     from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
     try:
@@ -42,21 +43,28 @@ def test_quick_sweep_lands_every_row_on_every_path(spark, pg_dsn, tmp_path, caps
         jvm_built = True
     except JvmSinkUnavailable:
         jvm_built = False
+    try:
+        foreach_jars()
+        fast_built = True
+    except FastForeachUnavailable:
+        fast_built = False
     out = tmp_path / "sweep.json"
     assert rate_sweep.main(["--quick", "--seconds", "2", "--trigger", "5 seconds", "--output", str(out)],
                            spark=spark, dsn=pg_dsn) == 0
     results = json.loads(out.read_text())
     check_shape(results)
     assert [(p["path"], p["rate"]) for p in results["points"]] == [
-        ("rtm-python", 200), ("rtm-jvm", 200), ("microbatch", 200)]
+        ("rtm-python", 200), ("rtm-fast-foreach", 200), ("rtm-jvm", 200), ("microbatch", 200)]
     for point in results["points"]:
-        if point["path"] == "rtm-jvm" and not jvm_built:
+        if (point["path"] == "rtm-jvm" and not jvm_built) or (point["path"] == "rtm-fast-foreach" and not fast_built):
             assert point["skipped"]
             continue
         assert "error" not in point, point
         assert point["rows_landed"] == point["rows_sent"] > 0, point
         assert point["visible"]["p50"] >= point["engine"]["p50"] >= 0
+        assert point["cpu_s_per_1000_rows"] > 0 and point["load_average_1m"] is not None
     assert results["target"]["verdict"].startswith("NOT MEASURED")  # 1,000 rows/s was not run
+    assert results["fast_foreach_target"]["verdict"].startswith("NOT MEASURED")
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
     printed = capsys.readouterr().out
     assert "visible p50" in printed and "target (JVM sink" in printed
@@ -83,6 +91,25 @@ def test_verdict(p50, p99, landed, met, words):
         assert word in target["verdict"]
 
 
+def _max_point(path: str, sustained: float, landed: int = 100) -> dict:
+    stats = {"count": landed, "min": 1, "p50": 5, "p90": 9, "p95": 9, "p99": 9, "max": 9}
+    return {"path": path, "rate": 9000, "is_max": True, "rows_sent": 100, "rows_landed": landed,
+            "sustained_rows_per_s": sustained, "visible": stats, "engine": stats}
+
+
+@pytest.mark.parametrize(("fast", "stock", "landed", "met"), [
+    (5000, 4000, 100, True), (4000, 4000, 100, True), (3999, 4000, 100, False), (5000, 4000, 99, False)])
+def test_fast_verdict_compares_the_highest_sustained_rate_with_stock(fast, stock, landed, met):
+    results = synthetic(15, 90)
+    results["points"][0]["path"] = "rtm-fast-foreach"
+    results["points"] += [_max_point("rtm-fast-foreach", fast, landed), _max_point("rtm-python", stock)]
+    target = rate_sweep.fast_verdict(results)
+    assert target["met"] is True  # p50/p99 at 1,000 rows/s
+    assert target["sustained_met"] is met
+    assert target["sustained_verdict"].startswith("MET" if met else "MISSED")
+    assert not rate_sweep.fast_verdict(synthetic(15, 90))["sustained_met"]  # no max points: not measured
+
+
 def test_verdict_without_the_point_is_not_measured():
     results = synthetic(1, 1)
     results["points"][0].update(rate=200)
@@ -107,6 +134,10 @@ def test_committed_results_have_the_full_sweep():
     assert any(p.get("is_max") for p in results["points"]), "a point at the source's highest rate"
     assert {p["path"] for p in results["points"]} == set(rate_sweep.PATHS)
     assert results["target"] == rate_sweep.verdict(copy.deepcopy(results))  # the one its points give
+    assert results["fast_foreach_target"] == rate_sweep.fast_verdict(copy.deepcopy(results))
+    for point in results["points"]:
+        if "visible" in point:
+            assert point["cpu_s_per_1000_rows"] > 0 and point["load_average_1m"] is not None
 
 
 @pytest.mark.parametrize("document", rate_sweep.TABLE_DOCUMENTS, ids=lambda p: p.name)

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_jvm_sink.sh"
 SOURCE = ROOT / "rtm_lakebase" / "jvm" / "PostgresForeachWriter.java"
+FOREACH_SOURCE = ROOT / "rtm_lakebase" / "foreach" / "LowLatencyPythonForeachWriter.java"
 TOOLS = ["dirname", "sha256sum", "cut", "id", "mktemp", "cat", "grep", "ls", "head", "mkdir", "rm", "mv",
          "basename"]
 
@@ -24,9 +25,11 @@ def copy_of_the_repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
     (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
+    (root / "rtm_lakebase" / "foreach").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
     for source in SOURCE.parent.glob("*.java"):  # the build compiles every .java file there
         shutil.copy(source, root / "rtm_lakebase" / "jvm" / source.name)
+    shutil.copy(FOREACH_SOURCE, root / "rtm_lakebase" / "foreach" / FOREACH_SOURCE.name)
     return root
 
 
@@ -97,8 +100,21 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
         assert "rtm_lakebase/jvm/PostgresForeachWriter.class" in z.namelist()
     assert not list(build.glob(".tmp.*"))  # nothing left behind
 
+    foreach_jar = root / "rtm_lakebase" / "foreach" / "build" / "rtm-lakebase-foreach.jar"
+    assert "compiling the fast foreach writer" in first.stderr
+    with zipfile.ZipFile(foreach_jar) as z:
+        assert "rtm_lakebase/foreach/LowLatencyPythonForeachWriter.class" in z.namelist()
+    assert foreach_jar.with_suffix(".sha256").read_text().strip() == \
+        hashlib.sha256(FOREACH_SOURCE.read_bytes()).hexdigest()
+
     again = run(root, path, PG_JDBC_JAR=str(driver))
     assert again.returncode == 0 and "compiling" not in again.stderr  # cached
+
+    foreach_source = root / "rtm_lakebase" / "foreach" / FOREACH_SOURCE.name
+    foreach_source.write_text(foreach_source.read_text() + "\n// changed\n")
+    only_foreach = run(root, path, PG_JDBC_JAR=str(driver))
+    assert only_foreach.returncode == 0 and "compiling the fast foreach writer" in only_foreach.stderr
+    assert "compiling the JVM sink" not in only_foreach.stderr  # each jar has its own stamp
 
     source = root / "rtm_lakebase" / "jvm" / SOURCE.name
     source.write_text(source.read_text() + "\n// changed\n")
@@ -130,4 +146,6 @@ def test_the_wheel_ships_the_java_source_but_no_build_output(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm/sink.py" in names
     assert {f"rtm_lakebase/jvm/{p.name}" for p in SOURCE.parent.glob("*.java")} <= set(names)
+    assert "rtm_lakebase/foreach/LowLatencyPythonForeachWriter.java" in names
+    assert "rtm_lakebase/foreach/__init__.py" in names
     assert not [n for n in names if "/build/" in n or n.endswith((".jar", ".class"))]

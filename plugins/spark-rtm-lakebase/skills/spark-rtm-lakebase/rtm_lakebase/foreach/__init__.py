@@ -1,0 +1,182 @@
+"""A Python ``foreach`` writer at milliseconds on open-source Spark: ``start_foreach_query``.
+
+PySpark's ``foreach`` hands rows to the Python worker in batches that double
+until they pass 1 MB and wait until full, so under real-time mode ``process()``
+sees a row seconds after Spark had it. ``start_foreach_query`` runs the same
+writer object through a JVM writer (``LowLatencyPythonForeachWriter.java`` beside
+this file) that sends whatever rows are there as soon as the worker could take
+them: one row at a time on a slow stream, bigger batches on a fast one::
+
+    query = start_foreach_query(
+        events, PostgresForeachWriter(dsn, SinkSettings(table="events")),
+        checkpoint_location="/tmp/ck/events", trigger={"realTime": "5 minutes"})
+
+The writer is unchanged: an object with ``open(partition_id, epoch_id)`` /
+``process(row)`` / ``close(error)``, or a function of one row, built into the
+Python function exactly as ``DataStreamWriter.foreach`` builds it, and run by
+the same Python worker protocol. The session needs the writer's jar on its
+classpath from the start (``spark.jars``; :func:`foreach_jars` gives it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+#: The Java class, compiled from ``LowLatencyPythonForeachWriter.java`` by the set-up.
+WRITER_CLASS = "rtm_lakebase.foreach.LowLatencyPythonForeachWriter"
+HERE = Path(__file__).resolve().parent
+SOURCE_FILE = HERE / "LowLatencyPythonForeachWriter.java"
+#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_FOREACH_JAR`` overrides it.
+DEFAULT_JAR = HERE / "build" / "rtm-lakebase-foreach.jar"
+JAR_ENV = "RTM_FOREACH_JAR"
+#: PySpark release lines whose foreach internals this writer was built and tested against.
+SUPPORTED_LINES = ((4, 1), (4, 2), (4, 3))
+BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
+              f"or compile {SOURCE_FILE.name} with javac against pyspark's jars and set {JAR_ENV} to the jar")
+
+
+class FastForeachUnavailable(RuntimeError):
+    """The fast foreach path cannot run here; the message names what is missing and how to get it."""
+
+
+# --8<-- [start:foreach_jars]
+def foreach_jars() -> list[str]:
+    """The jar a session needs on ``spark.jars`` for :func:`start_foreach_query`.
+
+    Raises :class:`FastForeachUnavailable` when the jar is missing or older than its source.
+    """
+    override = os.environ.get(JAR_ENV)
+    jar = Path(override) if override else DEFAULT_JAR
+    if not jar.is_file():
+        where = f"${JAR_ENV}={override}" if override else str(jar)
+        raise FastForeachUnavailable(f"the fast foreach jar is not built ({where} not found): {BUILD_HINT}")
+    if not override:  # the build records the source's hash next to the jar
+        stamp = jar.with_suffix(".sha256")
+        recorded = stamp.read_text().strip() if stamp.is_file() else None
+        sources = sorted(SOURCE_FILE.parent.glob("*.java"))  # hashed as the build does: concatenated by name
+        if sources and recorded != hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest():
+            raise FastForeachUnavailable(f"the fast foreach jar {jar} is older than {SOURCE_FILE.name}: "
+                                         f"{BUILD_HINT}")
+    return [str(jar)]
+# --8<-- [end:foreach_jars]
+
+
+def _release_line(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def check_version(version: str) -> None:
+    """Raise :class:`FastForeachUnavailable` unless ``version`` is a release line this writer supports."""
+    if _release_line(version) not in SUPPORTED_LINES:
+        lines = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_LINES)
+        raise FastForeachUnavailable(
+            f"Spark {version} is not supported by the fast foreach path: it needs PySpark {lines} "
+            "(it builds on PySpark's own foreach internals, which differ between releases); "
+            "use writeStream.foreach(writer) there")
+
+
+def _classic_handles(df: DataFrame):
+    """``(jvm, jdf)`` of a classic (py4j) DataFrame, or a one-line error on Spark Connect."""
+    try:
+        jdf = df._jdf
+        jvm = df.sparkSession.sparkContext._jvm
+    except Exception as exc:  # Spark Connect raises PySparkAttributeError / NotImplementedError
+        raise FastForeachUnavailable(
+            "the fast foreach path needs a classic Spark session with py4j access to the JVM; this "
+            f"DataFrame has none ({type(exc).__name__}: Spark Connect, serverless, or Databricks standard "
+            "access mode): use writeStream.foreach(writer) there") from None
+    if jvm is None:
+        raise FastForeachUnavailable("the Spark session has no JVM gateway (is it stopped?)")
+    return jvm, jdf
+
+
+def build_jvm_writer(df: DataFrame, writer: Any, *, max_batch_rows: int = 4096,
+                     max_batch_bytes: int = 1 << 20):
+    """The Java ``ForeachWriter`` (a py4j object) running ``writer`` for ``df``'s rows.
+
+    The Python function and the schema are made the way ``DataStreamWriter.foreach``
+    makes them, so ``writer`` behaves exactly as under stock ``foreach``.
+    """
+    for name, value in (("max_batch_rows", max_batch_rows), ("max_batch_bytes", max_batch_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if max_batch_rows > 2**31 - 1:
+        raise ValueError(f"max_batch_rows must fit a Java int, got {max_batch_rows}")
+    jvm, jdf = _classic_handles(df)
+    check_version(df.sparkSession.version)
+
+    from py4j.java_gateway import JavaClass
+    from py4j.protocol import Py4JError
+    from pyspark.core.rdd import _wrap_function
+    from pyspark.serializers import AutoBatchedSerializer, CPickleSerializer
+
+    writer_class = jvm
+    for part in WRITER_CLASS.split("."):
+        writer_class = getattr(writer_class, part)
+    if not isinstance(writer_class, JavaClass):
+        try:
+            jars = foreach_jars()
+        except FastForeachUnavailable as exc:
+            raise FastForeachUnavailable(f"class {WRITER_CLASS} is not on the session's classpath and {exc}") \
+                from None
+        raise FastForeachUnavailable(
+            f"class {WRITER_CLASS} is not on the session's classpath: start the session with spark.jars "
+            f"including {jars[0]} (foreach_jars() gives it), or attach the jar to the cluster")
+    # PySpark's own steps in DataStreamWriter.foreach: same function, same serializer.
+    func = df.writeStream._construct_foreach_function(writer)
+    serializer = AutoBatchedSerializer(CPickleSerializer())
+    sc = df.sparkSession.sparkContext
+    wrapped = _wrap_function(sc, func, serializer, serializer)
+    try:
+        return writer_class(wrapped, jdf.schema(), int(max_batch_rows), jvm.java.lang.Long(str(max_batch_bytes)))
+    except Py4JError as exc:
+        raise FastForeachUnavailable(f"the fast foreach writer could not be created: {str(exc).splitlines()[0]}") \
+            from None
+
+
+# --8<-- [start:start_foreach_query]
+def start_foreach_query(df: DataFrame, writer: Any, *, checkpoint_location: str,
+                        trigger: Mapping[str, Any] | None = None, output_mode: str = "update",
+                        query_name: str | None = None, max_batch_rows: int = 4096,
+                        max_batch_bytes: int = 1 << 20) -> StreamingQuery:
+    """Start ``df.writeStream.foreach(writer)`` with rows reaching ``writer`` within milliseconds.
+
+    - ``writer``: what ``DataStreamWriter.foreach`` takes, unchanged: an object with
+      ``process(row)`` and optional ``open(partition_id, epoch_id)`` / ``close(error)``,
+      or a function of one row. Same contract as stock ``foreach``.
+    - ``trigger``: keyword arguments of ``DataStreamWriter.trigger``, e.g.
+      ``{"realTime": "5 minutes"}`` (the default; the duration is the checkpoint
+      interval, not a latency) or ``{"processingTime": "0 seconds"}``.
+    - ``max_batch_rows`` / ``max_batch_bytes``: caps of one batch sent to the Python
+      worker; a batch is whatever rows are waiting, at least one.
+
+    Raises :class:`FastForeachUnavailable` for a missing or stale jar, Spark Connect,
+    or an unsupported Spark version; ``ValueError`` for bad arguments.
+    """
+    trigger = dict(trigger) if trigger is not None else {"realTime": "5 minutes"}
+    if len(trigger) != 1:
+        raise ValueError(f"trigger must have exactly one entry, e.g. {{'realTime': '5 minutes'}}, got {trigger!r}")
+    jwriter = build_jvm_writer(df, writer, max_batch_rows=max_batch_rows, max_batch_bytes=max_batch_bytes)
+    stream = df.writeStream
+    stream._jwrite = stream._jwrite.foreach(jwriter)  # in place of PySpark's PythonForeachWriter
+    stream = stream.outputMode(output_mode).option("checkpointLocation", checkpoint_location).trigger(**trigger)
+    if query_name:
+        stream = stream.queryName(query_name)
+    return stream.start()
+# --8<-- [end:start_foreach_query]
+
+
+__all__ = ["DEFAULT_JAR", "FastForeachUnavailable", "WRITER_CLASS", "build_jvm_writer", "check_version",
+           "foreach_jars", "start_foreach_query"]

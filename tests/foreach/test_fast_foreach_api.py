@@ -1,0 +1,83 @@
+"""start_foreach_query's refusals: one line naming the cause, for what cannot work (no Spark needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import pytest
+
+import rtm_lakebase.foreach as ff
+
+
+def test_a_missing_jar_is_one_line_naming_the_build_command(monkeypatch, tmp_path):
+    monkeypatch.setenv(ff.JAR_ENV, str(tmp_path / "nope.jar"))
+    with pytest.raises(ff.FastForeachUnavailable) as info:
+        ff.foreach_jars()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "nope.jar not found" in message and "scripts/build_jvm_sink.sh" in message
+
+
+def test_a_jar_older_than_its_source_is_refused(monkeypatch, tmp_path):
+    source = tmp_path / "LowLatencyPythonForeachWriter.java"
+    shutil.copy(ff.SOURCE_FILE, source)
+    jar = tmp_path / "build" / "rtm-lakebase-foreach.jar"
+    jar.parent.mkdir()
+    jar.write_bytes(b"PK")
+    monkeypatch.delenv(ff.JAR_ENV, raising=False)
+    monkeypatch.setattr(ff, "SOURCE_FILE", source)
+    monkeypatch.setattr(ff, "DEFAULT_JAR", jar)
+    jar.with_suffix(".sha256").write_text(hashlib.sha256(source.read_bytes()).hexdigest() + "\n")
+    assert ff.foreach_jars() == [str(jar)]  # current: accepted
+    source.write_text(source.read_text() + "\n// edited\n")
+    with pytest.raises(ff.FastForeachUnavailable, match="is older than LowLatencyPythonForeachWriter.java"):
+        ff.foreach_jars()
+    jar.with_suffix(".sha256").unlink()  # never built by the script: no stamp
+    with pytest.raises(ff.FastForeachUnavailable, match="is older than"):
+        ff.foreach_jars()
+
+
+@pytest.mark.parametrize("version", ["3.5.3", "4.0.1", "4.4.0", "5.0.0", "dev"])
+def test_an_unsupported_spark_version_is_refused_naming_the_versions_needed(version):
+    with pytest.raises(ff.FastForeachUnavailable) as info:
+        ff.check_version(version)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"Spark {version} is not supported" in message and "4.1, 4.2, 4.3" in message
+
+
+@pytest.mark.parametrize("version", ["4.1.4", "4.2.1", "4.3.0"])
+def test_supported_versions_pass(version):
+    ff.check_version(version)
+
+
+class _ConnectLikeDataFrame:
+    """What a Spark Connect DataFrame does when asked for its JVM handle."""
+
+    @property
+    def _jdf(self):
+        from pyspark.errors import PySparkAttributeError
+
+        raise PySparkAttributeError(errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED", messageParameters={"attr_name": "_jdf"})
+
+
+def test_spark_connect_is_refused_in_one_line():
+    with pytest.raises(ff.FastForeachUnavailable) as info:
+        ff.start_foreach_query(_ConnectLikeDataFrame(), print, checkpoint_location="/tmp/x")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "Spark Connect" in message and "PySparkAttributeError" in message
+
+
+@pytest.mark.parametrize("bad", [{"max_batch_rows": 0}, {"max_batch_bytes": 0}, {"max_batch_rows": True},
+                                 {"max_batch_rows": 2**31}])
+def test_bad_caps_are_value_errors(bad):
+    with pytest.raises(ValueError, match="max_batch"):
+        ff.build_jvm_writer(_ConnectLikeDataFrame(), print, **bad)
+
+
+def test_trigger_needs_exactly_one_entry():
+    with pytest.raises(ValueError, match="exactly one entry"):
+        ff.start_foreach_query(_ConnectLikeDataFrame(), print, checkpoint_location="/tmp/x",
+                               trigger={"realTime": "5 seconds", "once": True})
