@@ -119,7 +119,7 @@ class Sampler(threading.Thread):
                                  application_name="rtm-soak-monitor") as conn:
                 rows = dict(conn.execute("SELECT application_name, count(*) FROM pg_stat_activity "
                                          "WHERE backend_type = 'client backend' GROUP BY 1").fetchall())
-        except Exception:  # noqa: BLE001 - Postgres restarting: no sample
+        except Exception:
             return None
         return {p: int(rows.get(app_name(p), 0)) for p in self.paths}
 
@@ -154,7 +154,15 @@ def summarise(samples: list[dict[str, Any]], paths: list[str], workers: int) -> 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import psycopg
 
-    from pack_lab.cluster_stream import Feeder, PathRun, cluster_session, table_ddl, table_report, wait_for_rows
+    from pack_lab.cluster_stream import (
+        Feeder,
+        PathRun,
+        cluster_session,
+        scheduler_log,
+        table_ddl,
+        table_report,
+        wait_for_rows,
+    )
     from pack_lab.local_postgres import EmbeddedPostgres
     from pack_lab.sink_clock import SERVER_SETTINGS
     from pack_lab.standalone_cluster import StandaloneCluster
@@ -269,6 +277,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "faults": faults,
         "query_events": [e.as_dict() for r in runs for e in r.events],
         "restarts": {r.path: r.restarts for r in runs},
+        "scheduler": scheduler_log(work / "driver-jvm.log"),
         "proxy": {"connections_total": proxy.connections_total, "drops": proxy.drops},
         "trends": summarise(sampler.samples, paths, 2),
         "samples": sampler.samples,
@@ -320,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as exc:
         say(f"interrupted ({exc}); everything started was stopped")
         return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - one line, no traceback, from a CLI
+    except Exception as exc:
         say(f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return 2
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -177,7 +177,7 @@ class Feeder(threading.Thread):
                     self.sent += count
                 tick += 1
                 self.halt.wait(max(0.0, start + tick * 0.1 - time.monotonic()))
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+        except BaseException as exc:
             self.error = exc
 
 
@@ -222,10 +222,22 @@ def wait_for_rows(conn_factory: Callable[[], Any], tables: dict[str, str], expec
                           for t in tables.values()]
             if all(c >= expected for c in counts):
                 return True
-        except Exception:  # noqa: BLE001 - Postgres may be restarting
+        except Exception:
             pass
         time.sleep(1.0)
     return False
+
+
+def scheduler_log(jvm_log: Path) -> dict[str, Any]:
+    """What the driver's scheduler logged about lost executors and tasks (WARN/ERROR lines)."""
+    lost_executors, lost_tasks = [], []
+    with contextlib.suppress(OSError):
+        for line in jvm_log.read_text(errors="replace").splitlines():
+            if "Lost executor" in line:
+                lost_executors.append(line[line.find("Lost executor"):][:200])
+            elif "Lost task" in line and "TaskKilled" not in line:
+                lost_tasks.append(line[line.find("Lost task"):][:300])
+    return {"lost_executors": lost_executors, "lost_tasks": lost_tasks}
 
 
 def run_driver(master_conf: dict[str, str], dsn: str, paths: Sequence[str], rate: int, seconds: float,
@@ -266,7 +278,8 @@ def run_driver(master_conf: dict[str, str], dsn: str, paths: Sequence[str], rate
             reports = {p: table_report(conn, tables[p], feeder.sent) for p in paths}
         return {"rows_per_path": feeder.sent, "drained": drained, "tables": tables, "paths": reports,
                 "events": [e.as_dict() for r in runs for e in r.events],
-                "restarts": {r.path: r.restarts for r in runs}, "t0_ms": t0_ms}
+                "restarts": {r.path: r.restarts for r in runs}, "t0_ms": t0_ms,
+                "scheduler": scheduler_log(workdir / "driver-jvm.log")}
     finally:
         for run in runs:
             run.stop()

@@ -217,9 +217,12 @@ class StandaloneCluster:
         daemon = self.worker_daemons[index]
         if daemon is None or not daemon.alive():
             raise RuntimeError(f"worker {index} is not running")
-        pids = self.group_pids(daemon.pid)
+        pids = self._daemon_pids(daemon)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(daemon.pid, sig)
+        for pid in pids:  # descendants that left the group (PySpark's Python daemon)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             daemon.proc.wait(timeout=10)
         return len(pids)
@@ -230,6 +233,7 @@ class StandaloneCluster:
             return
         self._stopped.set()
         daemons = [d for d in [*self.worker_daemons, self.master] if d is not None]
+        trees = {d.pid: self._daemon_pids(d) for d in daemons}
         for daemon in daemons:  # workers first, politely, so executors are told to exit
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(daemon.pid, signal.SIGTERM)
@@ -239,6 +243,9 @@ class StandaloneCluster:
                 time.sleep(0.1)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(daemon.pid, signal.SIGKILL)
+            for pid in trees[daemon.pid]:  # descendants that left the group
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 daemon.proc.wait(timeout=5)
         with _live_lock:
@@ -295,10 +302,33 @@ class StandaloneCluster:
                 pids.append(int(entry.name))
         return pids
 
+    @staticmethod
+    def tree_pids(pid: int) -> list[int]:
+        """``pid`` and every live descendant (PySpark's Python daemon leaves its parent's process group)."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+        out, todo = [], [pid]
+        while todo:
+            current = todo.pop()
+            out.append(current)
+            todo.extend(children.get(current, []))
+        return out if Path(f"/proc/{pid}").exists() else out[1:]
+
+    def _daemon_pids(self, daemon: _Daemon) -> list[int]:
+        return sorted(set(self.group_pids(daemon.pid)) | set(self.tree_pids(daemon.pid)))
+
     def all_pids(self) -> list[int]:
         """Every live process the cluster started (daemons, executors, Python workers)."""
         daemons = [d for d in [*self.worker_daemons, self.master] if d is not None]
-        return sorted({pid for d in daemons for pid in self.group_pids(d.pid)})
+        return sorted({pid for d in daemons for pid in self._daemon_pids(d)})
 
     def sockets_to(self, port: int) -> dict[int, int]:
         """Per worker index: open TCP connections its processes hold to 127.0.0.1:``port`` (Linux /proc)."""
@@ -331,7 +361,19 @@ class StandaloneCluster:
 
     def worker_pids(self, index: int) -> list[int]:
         daemon = self.worker_daemons[index]
-        return self.group_pids(daemon.pid) if daemon is not None else []
+        return self._daemon_pids(daemon) if daemon is not None else []
+
+    def retried_tasks(self) -> list[str]:
+        """``Running task P.A in stage S`` lines with attempt A ≥ 1 from every executor's log (re-runs)."""
+        import re
+
+        pattern = re.compile(r"Running task (\d+)\.([1-9]\d*) in stage (\S+)")
+        found = []
+        if self.root is not None:
+            for log in sorted(self.root.glob("work-*/app-*/*/stderr")):
+                with contextlib.suppress(OSError):
+                    found.extend(m.group(0) for m in pattern.finditer(log.read_text(errors="replace")))
+        return found
 
     def session_conf(self, executor_memory: str = "512m", cores_per_executor: int | None = None) -> dict[str, str]:
         """Settings a driver adds to run on this cluster (one executor per worker, all cores)."""
