@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 #: The Java class, compiled from ``rtm_lakebase/jvm/PostgresForeachWriter.java``.
 WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
-#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
+#: Where ``scripts/build_jvm_sink.sh`` puts the jar (built from every ``*.java`` in ``JVM_DIR``) (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
 JVM_DIR = Path(__file__).resolve().parent / "jvm"
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
@@ -73,10 +73,13 @@ def _writer_jar() -> Path:
         raise JvmSinkUnavailable(f"the JVM sink jar is not built ({where} not found): {BUILD_HINT}")
     if not override:  # the build records the source's hash next to the jar
         stamp = jar.with_suffix(".sha256")
-        current = hashlib.sha256(SOURCE_FILE.read_bytes()).hexdigest() if SOURCE_FILE.is_file() else None
+        # Every Java file next to the writer's, hashed in name order as the build does.
+        sources = sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name)
+        current = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest() if sources else None
         recorded = stamp.read_text().strip() if stamp.is_file() else None
         if current and recorded != current:
-            raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name}: {BUILD_HINT}")
+            names = ", ".join(p.name for p in sources)
+            raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {names}: {BUILD_HINT}")
     return jar
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the JVM sink (rtm_lakebase/jvm/PostgresForeachWriter.java) into a cached jar and
+# Builds the JVM sink (every .java file in rtm_lakebase/jvm/) into a cached jar and
 # makes sure the Postgres JDBC driver is there. Sourced by scripts/setup.sh after the venv
 # exists ($PY set); can also run alone: `bash scripts/build_jvm_sink.sh`.
 #
@@ -19,6 +19,7 @@ _jvm_sink_build() {
   local root src build jar stamp_file sha_file py jars_dir javac_bin tmp src_sha stamp driver
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   src="$root/rtm_lakebase/jvm/PostgresForeachWriter.java"
+  local sources=("$root"/rtm_lakebase/jvm/*.java)
   build="$root/rtm_lakebase/jvm/build"
   jar="$build/rtm-lakebase-jvm-sink.jar"
   stamp_file="$build/.build-stamp"
@@ -72,22 +73,22 @@ _jvm_sink_build() {
   jars_dir="$("$py" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)" \
     || { _jvm_say "pyspark is not importable with $py; cannot build the JVM sink"; return 1; }
   [ -d "$jars_dir" ] || { _jvm_say "pyspark's jars folder $jars_dir is missing; cannot build the JVM sink"; return 1; }
-  src_sha="$(sha256sum "$src" | cut -d' ' -f1)"
+  src_sha="$(cd "$root/rtm_lakebase/jvm" && export LC_ALL=C && cat $(ls *.java) | sha256sum | cut -d' ' -f1)"
   stamp="$src_sha $("$javac_bin" -version 2>&1 | head -n 1) $(ls "$jars_dir" | grep -E '^spark-sql-api_' || true)"
   if [ -f "$jar" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
-  _jvm_say "compiling the JVM sink ($(basename "$src") → ${jar#"$root"/})"
+  _jvm_say "compiling the JVM sink (${#sources[@]} Java files in rtm_lakebase/jvm → ${jar#"$root"/})"
   mkdir -p "$build"
   tmp="$(mktemp -d "$build/.tmp.XXXXXX")"
-  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "$src" >"$tmp/javac.log" 2>&1; then
+  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "${sources[@]}" >"$tmp/javac.log" 2>&1; then
     cat "$tmp/javac.log" >&2
     rm -rf "$tmp"
-    _jvm_say "javac failed on $src (messages above)"
+    _jvm_say "javac failed on rtm_lakebase/jvm/*.java (messages above)"
     return 1
   fi
   # Compiler warnings about Spark's own annotations are noise; anything about our file is shown.
-  grep -F "$(basename "$src")" "$tmp/javac.log" >&2 || true
+  grep -F "rtm_lakebase/jvm/" "$tmp/javac.log" >&2 || true
   (cd "$tmp/classes" && "$py" -c '
 import os, sys, zipfile
 with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:

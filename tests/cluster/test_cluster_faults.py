@@ -38,6 +38,12 @@ def _counts(dsn: str, tables: dict[str, str]) -> dict[str, int]:
         return {p: -1 for p in tables}
 
 
+def _sink_connections(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'rtm-cluster-%'"
+                            ).fetchone()[0]
+
+
 def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -88,6 +94,8 @@ def test_sinks_stay_exact_through_a_lost_worker_and_a_postgres_restart(standalon
     assert retried, "no task was re-run after its executor was lost"
     assert result["restarts"] == {"rtm_jvm": 0, "rtm_python": 0, "mb_python": 0}, result["events"]
     assert result["drained"], result["paths"]
+    # The driver stopped: executors exit and close their connections (the JVM sink's pool by its shutdown hook).
+    _wait(lambda: _sink_connections(pg_server.dsn) == 0, 60, "the sinks' connections to close")
     for path, report in result["paths"].items():
         assert report["missing"] == 0 and report["duplicated"] == 0 and report["unexpected_ids"] == 0, (path, report)
         assert report["rows"] == result["rows_per_path"] > 10_000

@@ -25,7 +25,8 @@ def copy_of_the_repo(tmp_path: Path) -> Path:
     (root / "scripts").mkdir(parents=True)
     (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
-    shutil.copy(SOURCE, root / "rtm_lakebase" / "jvm" / SOURCE.name)
+    for source in SOURCE.parent.glob("*.java"):  # the build compiles every Java file of the folder
+        shutil.copy(source, root / "rtm_lakebase" / "jvm" / source.name)
     return root
 
 
@@ -86,7 +87,8 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "compiling the JVM sink" in first.stderr
     with zipfile.ZipFile(jar) as z:
-        assert "rtm_lakebase/jvm/PostgresForeachWriter.class" in z.namelist()
+        assert {"rtm_lakebase/jvm/PostgresForeachWriter.class", "rtm_lakebase/jvm/PgConnector.class"} <= \
+            set(z.namelist())
     assert not list(build.glob(".tmp.*"))  # nothing left behind
 
     again = run(root, path, PG_JDBC_JAR=str(driver))
@@ -96,8 +98,9 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     source.write_text(source.read_text() + "\n// changed\n")
     changed = run(root, path, PG_JDBC_JAR=str(driver))
     assert changed.returncode == 0 and "compiling the JVM sink" in changed.stderr
+    sources = sorted(source.parent.glob("*.java"), key=lambda p: p.name)
     assert (build / "rtm-lakebase-jvm-sink.sha256").read_text().strip() == \
-        hashlib.sha256(source.read_bytes()).hexdigest()
+        hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
 
     source.write_text(source.read_text() + "\nthis is not Java\n")
     broken = run(root, path, PG_JDBC_JAR=str(driver))
