@@ -4,7 +4,9 @@
 connection to ``127.0.0.1:target_port``. :meth:`TcpProxy.drop` cuts every open
 connection with a reset (``SO_LINGER 0``, as a broken network path looks to
 both ends) and refuses new ones for ``seconds``; then connections go through
-again. Threads only, stdlib only.
+again. :meth:`TcpProxy.freeze` makes the open connections silent instead (bytes
+vanish, no reset: what a client without a socket timeout waits on forever).
+Threads only, stdlib only.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._pairs: set[tuple[socket.socket, socket.socket]] = set()
         self._down_until = 0.0
+        self._frozen: set = set()
         self._closed = False
         self.connections_total = 0
         self.drops = 0
@@ -68,6 +71,8 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if pair in self._frozen:  # a silent network path: bytes vanish, no error, no reset
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
@@ -94,6 +99,12 @@ class TcpProxy:
             _reset(upstream)
         self.drops += 1
         return len(pairs)
+
+    def freeze(self) -> int:
+        """Silently drop every byte on the connections open now (a blackholed path); new ones work."""
+        with self._lock:
+            self._frozen |= self._pairs
+            return len(self._pairs)
 
     def close(self) -> None:
         self._closed = True
