@@ -5,7 +5,7 @@ partition, rows ``id, sent_ms``), one table shape; for each path and each
 input rate a fresh query writes into a fresh table:
 
 * ``rtm-python`` — real-time mode, the Python ``foreach`` sink (``PostgresForeachWriter``);
-* ``rtm-jvm`` — real-time mode, the JVM sink (``rtm_lakebase.jvm_sink``);
+* ``rtm-jvm`` — real-time mode, the JVM sink (``rtm_lakebase.jvm.sink``);
 * ``microbatch`` — micro-batch with a 0 s trigger, the Python ``foreach`` sink.
 
 Rates: 50, 200 and 1,000 rows/s, then ``max``: the highest rate the lab
@@ -96,13 +96,13 @@ def start_query(path: str, df, dsn: str, table: str, checkpoint: str, trigger: s
                 dwell_ms: int, batch_rows: int):
     name = f"rate_sweep_{path.replace('-', '_')}"
     if path == "rtm-jvm":
-        from rtm_lakebase.jvm_sink import start_jvm_sink_query
+        from rtm_lakebase.jvm.sink import start_jvm_sink_query
 
         return start_jvm_sink_query(df, dsn=dsn, table=table, upsertkey="id", mode="upsert",
                                     batchsize=batch_rows, batchinterval_ms=dwell_ms,
                                     checkpoint_location=checkpoint, trigger={"realTime": trigger},
                                     query_name=name)
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     writer = PostgresForeachWriter(dsn, SinkSettings(table=table, mode="upsert", key_columns=("id",),
                                                      max_batch_rows=batch_rows, max_dwell_ms=dwell_ms))
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None, spark=None, dsn: str | None = None) -> i
     jvm_why_not = None
     if "rtm-jvm" in paths:
         try:
-            from rtm_lakebase.jvm_sink import jvm_sink_jars
+            from rtm_lakebase.jvm.sink import jvm_sink_jars
 
             jars = jvm_sink_jars()
         except Exception as exc:

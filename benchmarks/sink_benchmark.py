@@ -57,7 +57,7 @@ def make_rows(n: int, version: int = 1) -> list[tuple[int, int, str]]:
 def reset_table(conn, table: str, key: bool = True) -> None:
     from psycopg import sql
 
-    from rtm_lakebase.pg_statements import create_table_sql
+    from rtm_lakebase.sink.statements import create_table_sql
 
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
     conn.execute(create_table_sql(table, COLUMNS, ("id",) if key else ()))
@@ -79,7 +79,7 @@ def bench_direct(dsn: str, n: int, batch: int, repeats: int = 3) -> list[dict[st
     import psycopg
     from psycopg import sql
 
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     rows = make_rows(n)
     # The sink receives tuples in column order, as Spark Rows are.
@@ -217,7 +217,7 @@ def rate_run(spark, seconds: float, rows_per_second: int | None, sink: str, dsn:
              checkpoint: str, trigger: str | None, rows_per_batch: int = 100_000) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     if rows_per_second:  # a steady offered rate
         reader = spark.readStream.format("rate").option("rowsPerSecond", rows_per_second)
@@ -263,7 +263,7 @@ def rtm_run(spark, total: int, chunk: int, pause: float, sink: str, dsn: str, ta
     from psycopg import sql
 
     from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     source = RealTimeMemorySource(spark, "id BIGINT, version BIGINT, name STRING", num_partitions=1)
     if sink == "noop":

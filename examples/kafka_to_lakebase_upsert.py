@@ -23,8 +23,8 @@ import argparse
 import os
 import sys
 
-from rtm_lakebase.kafka_patterns import kafka_source_options, parse_payments
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+from rtm_lakebase.pipelines import kafka_source_options, parse_payments
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
 COLUMNS = ("payment_id", "account_id", "amount", "currency", "event_ms")
 
@@ -46,7 +46,7 @@ def start(spark, bootstrap_servers: str, topic: str, dsn: str, checkpoint: str, 
     return (payments_for_upsert(kafka).writeStream.foreach(payments_writer(dsn, table))
             .outputMode("update")
             .option("checkpointLocation", checkpoint)
-            .trigger(realTime="5 seconds")
+            .trigger(realTime="5 seconds")  # the OSS minimum; use minutes in production (see the trigger reference)
             .start())
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rtm_lakebase.slot_math import kafka_source_tasks, plan_cluster, stateful_query
+from rtm_lakebase.calc import kafka_source_tasks, plan_cluster, stateful_query
 
 
 def sizing_lines(kafka_partitions: int, shuffle_partitions: int, cores_per_worker: int) -> list[str]:

@@ -50,7 +50,7 @@ def app_name(path: str) -> str:
 
 
 def with_app_name(dsn: str, name: str) -> str:
-    from rtm_lakebase.pg_connection import as_connection_settings
+    from rtm_lakebase.postgres import as_connection_settings
 
     settings = as_connection_settings(dsn)
     import dataclasses
@@ -61,7 +61,7 @@ def with_app_name(dsn: str, name: str) -> str:
 def cluster_session(master_conf: dict[str, str], app: str = "rtm-cluster-driver", jvm_log: str | None = None):
     """A driver session on the cluster with the JVM sink's jars (copied, so a rebuild mid-run cannot bite)."""
     from pack_lab.rtm_lab import build_session
-    from rtm_lakebase.jvm_sink import jvm_sink_jars
+    from rtm_lakebase.jvm import jvm_sink_jars
 
     conf = dict(master_conf)
     conf.setdefault("spark.task.maxFailures", "8")
@@ -113,13 +113,13 @@ class PathRun:
         name = f"{self.path}_{self.table}"
         settings = with_app_name(self.dsn, app_name(self.path))
         if self.path == "rtm_jvm":
-            from rtm_lakebase.jvm_sink import start_jvm_sink_query
+            from rtm_lakebase.jvm import start_jvm_sink_query
 
             self.query = start_jvm_sink_query(
                 df, dsn=settings, table=self.table, upsertkey="id", checkpoint_location=self.checkpoint,
                 trigger={"realTime": f"{self.trigger_s} seconds"}, query_name=name, batchinterval_ms=20)
         else:
-            from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+            from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
             writer = PostgresForeachWriter(settings, SinkSettings(table=self.table, key_columns=("id",),
                                                                   max_dwell_ms=20))

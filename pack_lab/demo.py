@@ -5,7 +5,7 @@ A simulated upstream sends events (with a share of retried duplicates) at a
 set rate; a query deduplicates them and upserts them into a fresh table:
 
 1. ``rtm-jvm`` — real-time mode (``trigger(realTime=...)``) writing through the
-   JVM sink (``rtm_lakebase.jvm_sink``);
+   JVM sink (``rtm_lakebase.jvm.sink``);
 2. ``rtm-python`` — real-time mode writing through the Python ``foreach`` sink;
 3. ``microbatch`` — micro-batch with a 0 s trigger and the Python sink.
 
@@ -85,7 +85,7 @@ def demo_table_ddl(table: str):
 
 def build_pipeline(events, pipeline: str):
     """The streaming DataFrame the demo writes: per-row ingest time, dedup if asked."""
-    from rtm_lakebase.pipelines import dedup_events, with_ingest_time
+    from rtm_lakebase.pipelines.real_time import dedup_events, with_ingest_time
 
     stamped = with_ingest_time(events).drop("event_time")
     return dedup_events(stamped) if pipeline == "dedup" else stamped
@@ -93,7 +93,7 @@ def build_pipeline(events, pipeline: str):
 
 def make_writer(dsn: str, table: str, options: DemoOptions):
     """The idempotent upsert writer: key ``event_id``, a replayed row (same ``seq``) is skipped."""
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     settings = SinkSettings(
         table=table,
@@ -112,7 +112,7 @@ def make_writer(dsn: str, table: str, options: DemoOptions):
 def jvm_sink_jars() -> tuple[list[str], str | None]:
     """``(jars, None)`` when the JVM sink is built and usable, else ``([], why not)``."""
     try:
-        from rtm_lakebase import jvm_sink
+        from rtm_lakebase.jvm import sink as jvm_sink
     except ImportError as exc:
         return [], f"the JVM sink module is not available ({exc})"
     try:
@@ -127,7 +127,7 @@ def jvm_sink_jars() -> tuple[list[str], str | None]:
 
 def jvm_dsn_problem(dsn: str) -> str | None:
     """Why the JVM sink cannot use ``dsn`` (e.g. a Unix-socket host), or ``None``; never the secret."""
-    from rtm_lakebase.jvm_sink import jdbc_url
+    from rtm_lakebase.jvm.sink import jdbc_url
 
     try:
         jdbc_url(dsn)
@@ -147,7 +147,7 @@ def start_query(path: str, events, dsn: str, table: str, checkpoint: str, option
     """Start ``path``'s query on ``events`` into ``table``; return the ``StreamingQuery``."""
     name = f"rtm_demo_{path.replace('-', '_')}"
     if path == "rtm-jvm":
-        from rtm_lakebase.jvm_sink import start_jvm_sink_query
+        from rtm_lakebase.jvm.sink import start_jvm_sink_query
 
         return start_jvm_sink_query(
             events, dsn=dsn, table=table, upsertkey="event_id", mode="upsert",
@@ -386,7 +386,7 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print, clust
     to run the executors on instead of ``local[N]``.
     """
     from pack_lab.rtm_lab import build_session, local_cores
-    from rtm_lakebase.slot_math import check_local, stateful_query
+    from rtm_lakebase.calc.sizing import check_local, stateful_query
 
     shape = stateful_query(source_tasks=options.partitions,
                            shuffle_partitions=options.shuffle_partitions or 1,
@@ -427,7 +427,7 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None,
         spark = start_session(options, jars, log, cluster_conf=cluster_conf)
     else:
         from pack_lab.rtm_lab import local_cores
-        from rtm_lakebase.slot_math import check_local, stateful_query
+        from rtm_lakebase.calc.sizing import check_local, stateful_query
 
         shape = stateful_query(source_tasks=options.partitions,
                                shuffle_partitions=options.shuffle_partitions or 1,
@@ -502,7 +502,7 @@ def _run(options: DemoOptions) -> int:
                 cluster_conf = None
                 if options.master == "standalone":
                     from pack_lab.standalone_cluster import StandaloneCluster
-                    from rtm_lakebase.slot_math import stateful_query
+                    from rtm_lakebase.calc import stateful_query
 
                     slots = stateful_query(source_tasks=options.partitions,
                                            shuffle_partitions=options.shuffle_partitions or 1,

@@ -118,7 +118,7 @@ def build_session(cores: int = 4, shuffle_partitions: int = 2, jars: Sequence[st
                   jvm_log: str | None = None, **kwargs: Any) -> SparkSession:
     """Start (or return the running) local SparkSession set up for RTM.
 
-    ``jars`` go on ``spark.jars`` (e.g. ``rtm_lakebase.jvm_sink.jvm_sink_jars()``); they only
+    ``jars`` go on ``spark.jars`` (e.g. ``rtm_lakebase.jvm.sink.jvm_sink_jars()``); they only
     take effect when this call starts the session, not on one already running.
     ``jvm_log``: a file that receives the JVM's standard error (Spark's log and what the Python
     workers print) instead of the terminal; used by command-line tools that keep their output

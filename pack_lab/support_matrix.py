@@ -62,6 +62,12 @@ DOCS_GET_STARTED = "https://docs.databricks.com/gcp/en/structured-streaming/real
 #: The newer copy of the error-class page that lists SHUFFLE_MORE_THAN_ONCE (the
 #: docs.databricks.com copy indexed here predates it).
 DOCS_ERRORS_AZURE_CN = "https://docs.azure.cn/zh-cn/databricks/error-messages/streaming-real-time-mode-error-class"
+#: The newest reference copy (seen 2026-11-25): dropDuplicatesWithinWatermark supported, stream-table
+#: outer joins, a 10 MB broadcast side, Lakeflow pipelines through pipeline configuration.
+DOCS_REFERENCE_NEWEST = "https://learn.microsoft.com/en-us/azure/databricks/structured-streaming/real-time/reference"
+#: Real-time mode limitations page: transformWithStateInPandas is not supported, the Row-based
+#: transformWithState is (audit of 2026-11-24).
+DOCS_LIMITATIONS = "https://docs.databricks.com/aws/en/structured-streaming/real-time/limitations"
 
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "tests" / "data" / "support_matrix_results.json"
 #: The reference's table sits between these markers; `scripts/skills.py generate` writes it (registered
@@ -405,9 +411,10 @@ ROWS: tuple[MatrixRow, ...] = (
     MatrixRow("filter (`where`)", "operator", _filter, ACCEPTED, "supported",
               reduce=ids, want=[0, 2, 4]),
     MatrixRow("stream-static join, broadcast", "operator", _broadcast_join, ACCEPTED,
-              "supported (broadcast joins only)", reduce=id_pairs("label"), want=_JOINED),
+              "supported, inner and outer; broadcast side 10 MB or less (newest reference)",
+              citation=DOCS_REFERENCE_NEWEST, reduce=id_pairs("label"), want=_JOINED),
     MatrixRow("stream-static join, non-broadcast (`merge` hint)", "operator", _shuffle_join,
-              _ALLOWLIST, "not supported (broadcast joins only)"),
+              _ALLOWLIST, "not supported (table join without broadcast)", citation=DOCS_REFERENCE_NEWEST),
     MatrixRow("union of two sources", "operator", _union, ACCEPTED,
               "supported with limitations", reduce=ids, want=[0, 1, 2, 3, 4, 5, 100, 101]),
     MatrixRow("union of a source with itself", "operator", _self_union,
@@ -417,7 +424,8 @@ ROWS: tuple[MatrixRow, ...] = (
               "supported (state is unbounded)", reduce=id_pairs("k"),
               want=[(0, "a"), (1, "b"), (3, "c")]),
     MatrixRow("`dropDuplicatesWithinWatermark`", "operator", _drop_duplicates_wm, _ALLOWLIST,
-              "not supported", citation=DOCS_ERRORS),
+              "supported on the newest reference (older copies: not supported)",
+              citation=DOCS_REFERENCE_NEWEST),
     MatrixRow("`groupBy().count()`", "operator", _group_by, ACCEPTED, "supported",
               reduce=latest_counts("k"), want=_COUNTS),
     MatrixRow("`dropDuplicates` then `groupBy().count()` (two shuffles)", "operator",
@@ -434,7 +442,8 @@ ROWS: tuple[MatrixRow, ...] = (
     MatrixRow("`repartition`", "operator", _repartition, ACCEPTED, "not listed",
               reduce=ids, want=[0, 1, 2, 3, 4, 5]),
     MatrixRow("stream-stream join", "operator", _stream_stream_join, _ALLOWLIST,
-              "inner joins only, with extra configuration; outer joins not supported", citation=DOCS_SETUP),
+              "inner joins only, Databricks Runtime 18 LTS and above, with extra configuration; outer joins not supported",
+              citation=DOCS_REFERENCE_NEWEST),
     MatrixRow("Python UDF (`udf`)", "operator", _python_udf, _ALLOWLIST,
               "supported with limitations",
               message_contains="spark.sql.streaming.realTimeMode.allowlistCheck"),
@@ -442,7 +451,7 @@ ROWS: tuple[MatrixRow, ...] = (
               "Python UDFs supported with limitations"),
     MatrixRow("`mapInPandas`", "operator", _map_in_pandas, _ALLOWLIST, "not supported"),
     MatrixRow("`transformWithStateInPandas`", "operator", _tws_in_pandas, _TWS_FAILURE,
-              "`transformWithState` supported (per-row calls, processing-time timers)",
+              "not supported; use the Row-based `transformWithState`", citation=DOCS_LIMITATIONS,
               note=_TWS_NOTE),
     MatrixRow("`transformWithState` (PySpark, Row-based)", "operator", _tws_rows, _TWS_FAILURE,
               "`transformWithState` supported (per-row calls, processing-time timers)",

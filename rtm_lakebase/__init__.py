@@ -1,1 +1,8 @@
-"""The pack's user package: Postgres/Lakebase writers for Spark Structured Streaming, pipelines, Kafka patterns and sizing calculators."""
+"""The pack's user package for Spark Structured Streaming into Lakebase/Postgres, one folder per job.
+
+- :mod:`rtm_lakebase.sink` - the Python ``foreach`` writer (``PostgresForeachWriter``, ``SinkSettings``);
+- :mod:`rtm_lakebase.postgres` - connection settings, TLS, Lakebase OAuth (``ConnectionSettings``, ``lakebase_token``);
+- :mod:`rtm_lakebase.jvm` - the JVM sink for real-time mode, driven from Python (``start_jvm_sink_query``);
+- :mod:`rtm_lakebase.calc` - sizing and connection-budget calculators (pure Python);
+- :mod:`rtm_lakebase.pipelines` - real-time pipelines, Kafka patterns, ad attribution.
+"""

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the JVM sink (every .java file in rtm_lakebase/jvm/) into a cached jar and
+# Builds the JVM sink (every rtm_lakebase/jvm/*.java) into a cached jar and
 # makes sure the Postgres JDBC driver is there. Sourced by scripts/setup.sh after the venv
 # exists ($PY set); can also run alone: `bash scripts/build_jvm_sink.sh`.
 #
 # - The jar goes to rtm_lakebase/jvm/build/ (git-ignored). It is rebuilt only when the
-#   source, javac or pyspark changes (a content stamp); rtm-lakebase-jvm-sink.sha256 next to
-#   it records the source's hash, which rtm_lakebase.jvm_sink checks before using the jar.
+#   sources, javac or pyspark change (a content stamp); rtm-lakebase-jvm-sink.sha256 next to
+#   it records the sources' hash (the .java files concatenated in name order), which
+#   rtm_lakebase.jvm.sink checks before using the jar.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink
@@ -16,10 +17,11 @@ _jvm_sink_sourced=1
 [ "${BASH_SOURCE[0]}" = "$0" ] && _jvm_sink_sourced=0
 
 _jvm_sink_build() {
-  local root src build jar stamp_file sha_file py jars_dir javac_bin tmp src_sha stamp driver
+  local root src srcs build jar stamp_file sha_file py jars_dir javac_bin tmp src_sha stamp driver
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   src="$root/rtm_lakebase/jvm/PostgresForeachWriter.java"
-  local sources=("$root"/rtm_lakebase/jvm/*.java)
+  srcs=()
+  while IFS= read -r _f; do srcs+=("$_f"); done < <(LC_ALL=C ls -1 "$root"/rtm_lakebase/jvm/*.java)
   build="$root/rtm_lakebase/jvm/build"
   jar="$build/rtm-lakebase-jvm-sink.jar"
   stamp_file="$build/.build-stamp"
@@ -73,15 +75,15 @@ _jvm_sink_build() {
   jars_dir="$("$py" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)" \
     || { _jvm_say "pyspark is not importable with $py; cannot build the JVM sink"; return 1; }
   [ -d "$jars_dir" ] || { _jvm_say "pyspark's jars folder $jars_dir is missing; cannot build the JVM sink"; return 1; }
-  src_sha="$(cd "$root/rtm_lakebase/jvm" && export LC_ALL=C && cat $(ls *.java) | sha256sum | cut -d' ' -f1)"
+  src_sha="$(cat "${srcs[@]}" | sha256sum | cut -d' ' -f1)"
   stamp="$src_sha $("$javac_bin" -version 2>&1 | head -n 1) $(ls "$jars_dir" | grep -E '^spark-sql-api_' || true)"
   if [ -f "$jar" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
-  _jvm_say "compiling the JVM sink (${#sources[@]} Java files in rtm_lakebase/jvm → ${jar#"$root"/})"
+  _jvm_say "compiling the JVM sink (${#srcs[@]} Java files → ${jar#"$root"/})"
   mkdir -p "$build"
   tmp="$(mktemp -d "$build/.tmp.XXXXXX")"
-  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "${sources[@]}" >"$tmp/javac.log" 2>&1; then
+  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "${srcs[@]}" >"$tmp/javac.log" 2>&1; then
     cat "$tmp/javac.log" >&2
     rm -rf "$tmp"
     _jvm_say "javac failed on rtm_lakebase/jvm/*.java (messages above)"

@@ -7,8 +7,8 @@ they link to are added from the repository root. Relative links therefore
 resolve the same way on disk, on GitHub and in the site, and
 ``mkdocs build --strict`` checks them.
 
-Python modules are published as pages, not raw downloads: ``rtm_lakebase/x.py``
-becomes the page ``rtm_lakebase/x.md`` (its docstring summary and the
+Python modules are published as pages, not raw downloads: ``rtm_lakebase/sink/x.py``
+becomes the page ``rtm_lakebase/sink/x.md`` (its docstring summary and the
 highlighted source), and every Markdown link to a published ``.py`` file is
 pointed at its page before MkDocs checks the links.
 """
@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 _PUBLISHED = (
     "references/*.md",
     "rtm_lakebase/*.py",
+    "rtm_lakebase/*/*.py",
+    "rtm_lakebase/*/*/*.py",
     "rtm_lakebase/jvm/*.java",
     "pack_lab/*.py",
     "examples/*.py",

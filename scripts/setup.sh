@@ -12,18 +12,7 @@ die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 say() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Python 3.11+ --------------------------------------------------------------
-find_python() {
-  local c
-  for c in "${PYTHON:-}" python3.11 python3.12 python3.13 python3; do
-    [ -n "$c" ] || continue
-    command -v "$c" >/dev/null 2>&1 || continue
-    if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
-      echo "$c"; return 0
-    fi
-  done
-  return 1
-}
-BASE_PY="$(find_python)" || die "Python 3.11 or later is required (found: $(python3 --version 2>&1 || echo none)). Install it (Debian/Ubuntu: apt-get install python3.11 python3.11-venv; macOS: brew install python@3.11) or set PYTHON=/path/to/python3.11."
+source "$PACK_ROOT/scripts/find_python.sh"  # sets BASE_PY
 
 # --- Java 17+ (PySpark 4.3 runs on Java 17 or 21) --------------------------------
 JAVA_BIN="java"
@@ -48,13 +37,16 @@ fi
 
 source "$PACK_ROOT/scripts/build_jvm_sink.sh"  # the JVM sink jar and the Postgres JDBC driver
 source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's browser test (installed in CI)
+source "$PACK_ROOT/scripts/install_bubblewrap.sh"  # bubblewrap: the sandbox graded eval answers run in (installed in CI)
 
 # --- Node tools (markdownlint) ---------------------------------------------------
 NEED_NODE="${PACK_NEED_NODE:-1}"
 if [ "$NEED_NODE" = "1" ]; then
-  command -v node >/dev/null 2>&1 || die "Node.js 20 or later is required for the Markdown linter. Install it (Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)."
-  node_major="$(node -p 'process.versions.node.split(".")[0]')"
-  [ "$node_major" -ge 20 ] || die "Node.js 20 or later is required for markdownlint-cli 0.48; found $(node --version)."
+  # One Node requirement: package.json "engines" (every locked package accepts it; tests/test_node_requirement.py).
+  NODE_REQUIRED="^20.17.0 || >=22.9.0"
+  command -v node >/dev/null 2>&1 || die "Node.js $NODE_REQUIRED is required for the Markdown linter. Install it (Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)."
+  node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit((a === 20 && b >= 17) || (a === 22 && b >= 9) || a >= 23 ? 0 : 1)' \
+    || die "Node.js $NODE_REQUIRED is required for markdownlint-cli 0.48; found $(node --version)."
   stamp_node="$(sha256sum package-lock.json | cut -c1-16)"
   if [ "$(cat node_modules/.setup-stamp 2>/dev/null)" != "$stamp_node" ]; then
     say "installing npm dev tools (markdownlint-cli)"

@@ -6,7 +6,7 @@
     python scripts/skills.py rules
     python scripts/skills.py package [--root PATH] [--out DIR]
     python scripts/skills.py check [--format text|json] PATH...
-    python scripts/skills.py eval grade DIR | eval run --agent "COMMAND {prompt_file} {answer_dir}"
+    python scripts/skills.py eval grade DIR [--skill-commit SHA] | eval run --trials N --out DIR [--agent "CMD {prompt_file} {answer_dir}"]
 
 `generate` rewrites manifest.json and every generated Markdown block;
 `validate` prints one `path:line:col CODE message` line per finding and a
@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The rule engine for users' files ships with the skill as rtm_lakebase.check, at the repository root.
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 #: subcommand -> module under skillcheck/commands/ (imported only when that subcommand runs).
 COMMANDS: dict[str, str] = {

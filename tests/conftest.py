@@ -32,7 +32,7 @@ SHUFFLE_PARTITIONS = 2
 @pytest.fixture(scope="session")
 def spark():
     from pack_lab.rtm_lab import build_session
-    from rtm_lakebase.jvm_sink import JvmSinkUnavailable, jvm_sink_jars
+    from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
     try:  # the JVM sink's jars, when built (scripts/setup.sh builds them where javac exists)
         jars = jvm_sink_jars()

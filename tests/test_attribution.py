@@ -1,4 +1,4 @@
-"""Ad attribution (``rtm_lakebase/attribution.py``) against the plain-Python rules, in and out of Spark.
+"""Ad attribution (``rtm_lakebase/pipelines/attribution.py``) against the plain-Python rules, in and out of Spark.
 
 - Without Spark: the processor driven by PySpark's ``TwsTester`` (in-memory
   state and timers) is compared row for row with
@@ -22,7 +22,7 @@ import pytest
 
 from pack_lab.attribution_events import AttributionSpec, generate, split_streams
 from pack_lab.attribution_reference import ReferenceAttribution, expected_output
-from rtm_lakebase import attribution as A
+from rtm_lakebase.pipelines import attribution as A
 
 
 def _sorted(rows):

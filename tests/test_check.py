@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "scripts") not in sys.path:
     sys.path.insert(0, str(REPO / "scripts"))
 
-from skillcheck.rules import python_rules
-from skillcheck.usercheck import UsageProblem, check_paths
+from rtm_lakebase.check.files import UsageProblem, check_paths
+from rtm_lakebase.check.rules import python_rules
 
 FILES = REPO / "tests" / "check_files"
 SCRIPT = REPO / "scripts" / "skills.py"
@@ -53,6 +53,11 @@ EXPECTED_BAD = {
     ("sensor_alerts.ipynb#cell-1", 3, "PROSE004"),  # markdown cell: realTime=True
     ("sensor_alerts.ipynb#cell-5", 2, "RTM003"),    # foreachBatch; the trigger value comes from cell 4
     ("sensor_alerts.ipynb#cell-5", 4, "RTM002"),    # rt = "2 seconds" in cell 4
+    ("lakebase_stream.py", 16, "RTM003"),      # foreachBatch in a builder function, writer reassigned
+    ("lakebase_stream.py", 23, "RTM002"),      # .trigger(**RT), RT = {"realTime": "1 second"}
+    ("lakebase_stream.py", 30, "LBS001"),      # .options(**opts), opts from a builder's dict(SINK, **extra): url
+    ("lakebase_stream.py", 30, "LBS003"),      # batchinterval "100 ms" in the module-level dict
+    ("lakebase_stream.py", 38, "LBS002"),      # format("postgresql") ... start() without dbtable
     ("runbook.md", 3, "PROSE001"),
     ("runbook.md", 3, "PROSE002"),
     ("runbook.md", 9, "RTM002"),
@@ -70,13 +75,13 @@ def _key(f):
 
 def test_every_known_wrong_pattern_is_caught_and_nothing_else():
     findings, checked = check_paths([str(FILES / "bad")])
-    assert checked == 5
+    assert checked == 6
     assert {_key(f) for f in findings} == EXPECTED_BAD
 
 
 def test_correct_user_files_have_no_finding():
     findings, checked = check_paths([str(FILES / "good")])
-    assert checked == 5
+    assert checked == 6
     assert [f.text() for f in findings] == []
 
 
@@ -142,7 +147,7 @@ def test_cli_text_lines_fix_and_exit_one():
 
 def test_cli_clean_exit_zero_and_json():
     proc = run("check", "tests/check_files/good")
-    assert proc.returncode == 0 and proc.stdout.startswith("OK: no findings (5 files checked)")
+    assert proc.returncode == 0 and proc.stdout.startswith("OK: no findings (6 files checked)")
     proc = run("check", "--format", "json", "tests/check_files/bad/sensor_alerts.ipynb")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)

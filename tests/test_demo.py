@@ -297,7 +297,7 @@ def test_signal_mid_run_leaves_no_table_and_no_checkpoint(signum, pg_dsn, pg_con
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_demo_lands_each_distinct_event_once_on_every_path(spark, pg_dsn, pg_conn, tmp_path):
-    from rtm_lakebase.jvm_sink import JvmSinkUnavailable, jvm_sink_jars
+    from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
     try:
         jvm_sink_jars()

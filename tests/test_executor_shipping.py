@@ -48,7 +48,7 @@ spark = (SparkSession.builder.master("local[2]").appName("shipping-" + mode)
 if mode == "zip":
     spark.sparkContext.addPyFile(artifact)  # what spark-submit --py-files does
 import rtm_lakebase
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 result = {"driver_file": rtm_lakebase.__file__}
 try:
     result["worker_file"] = (spark.sparkContext.parallelize([0], 1)
@@ -99,7 +99,7 @@ def test_wheel_holds_only_the_users_package(artifacts):
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"rtm_lakebase"}, top
     modules = {n for n in names if n.startswith("rtm_lakebase/")}
-    assert "rtm_lakebase/lakebase_sink.py" in modules and "rtm_lakebase/pg_connection.py" in modules
+    assert "rtm_lakebase/sink/writer.py" in modules and "rtm_lakebase/postgres/connection.py" in modules
     assert not any(n.startswith(("pack_lab/", "examples/", "tests/", "scripts/", "benchmarks/")) for n in names)
     (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()

@@ -3,7 +3,7 @@
 Real-time queries are checked exactly: every test waits until the query's
 progress reports all fed rows as input (so the long batch holding them has
 ended and the ``foreach`` writer has flushed), then compares the whole output
-with the ``expected_*`` functions in ``rtm_lakebase/pipelines.py``.
+with the ``expected_*`` functions in ``rtm_lakebase/pipelines/real_time.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
 from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec, generate_rows
-from rtm_lakebase import pipelines as P
+from rtm_lakebase.pipelines import real_time as P
 
 pytestmark = pytest.mark.spark
 
@@ -275,7 +275,7 @@ def test_window_stats_upserted_to_postgres_with_a_count_version(spark, tmp_path,
     """The reference's recipe: group key as primary key, ``events`` as the version column."""
     from psycopg import sql
 
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     pg_conn.execute(sql.SQL(
         "CREATE TABLE {} (device_id text NOT NULL, window_start_ms bigint NOT NULL, "

@@ -35,7 +35,7 @@ def check_shape(results: dict) -> None:
 @pytest.mark.spark
 @pytest.mark.postgres
 def test_quick_sweep_lands_every_row_on_every_path(spark, pg_dsn, tmp_path, capsys):
-    from rtm_lakebase.jvm_sink import JvmSinkUnavailable, jvm_sink_jars
+    from rtm_lakebase.jvm.sink import JvmSinkUnavailable, jvm_sink_jars
 
     try:
         jvm_sink_jars()

@@ -233,7 +233,7 @@ def pages() -> list[tuple[str, str]]:
     """(site path, Markdown source) of every page the test opens."""
     out = [("", "SKILL.md"), ("getting-started/", "docs/getting-started.md")]
     out += [(f"references/{p.stem}/", f"references/{p.name}") for p in sorted((REPO / "references").glob("*.md"))]
-    out += [("api/lakebase_sink/", "docs/api/lakebase_sink.md"),
+    out += [("api/sink/writer/", "docs/api/sink/writer.md"),
             ("examples/kafka_to_lakebase_upsert/", "examples/kafka_to_lakebase_upsert.py")]
     return out
 
@@ -299,7 +299,7 @@ def test_page_renders_in_the_browser(browser, base_url, path, source):
     want = expected_headings(source)
     if source.endswith(".py"):
         assert state["heads"][:1] == want
-    elif source == "docs/api/lakebase_sink.md":
+    elif source == "docs/api/sink/writer.md":
         assert state["heads"][0] == want[0] and "PostgresForeachWriter" in " ".join(
             browser.js("[...document.querySelectorAll('article h2, article h3')].map(h => h.textContent)"))
         assert not re.search(r":(class|func|meth):", browser.js("document.querySelector('article').innerText"))

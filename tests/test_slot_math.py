@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtm_lakebase.slot_math import (
+from rtm_lakebase.calc.sizing import (
     QueryShape,
     check_local,
     kafka_source_tasks,

@@ -1,7 +1,7 @@
 /*
  * A low-latency Postgres/Lakebase sink for Spark Structured Streaming (real-time mode or
  * micro-batch): a ForeachWriter<Row> that stays in the JVM, so rows never wait for a Python
- * worker. Built by scripts/build_jvm_sink.sh; driven from Python by rtm_lakebase/jvm_sink.py.
+ * worker. Built by scripts/build_jvm_sink.sh; driven from Python by rtm_lakebase/jvm/sink.py.
  *
  * - One JDBC connection per task, opened in open() with bounded, jittered retries; open()
  *   throws on failure (returning false would make Spark drop the partition's rows silently).
@@ -11,8 +11,11 @@
  * - Rows are buffered, deduplicated by key, sorted by key and written as one transaction when
  *   `batchsize` keys are buffered or when the oldest buffered row is `batchinterval` old. One
  *   flusher thread per writer does all writing, so the tail is written even when no further row
- *   arrives (under real-time mode close() only comes at the end of a long batch). An error in
- *   that thread is thrown by the next process() or by close().
+ *   arrives (under real-time mode close() only comes at the end of a long batch). A flush that
+ *   fails for good interrupts the task thread, so the task fails at once instead of at the end
+ *   of the long batch; the error is thrown by the next process() or by close().
+ * - Column types and casts come from PgColumnTypes (the Python sink's catalog query); values
+ *   are bound by PgBinder (java.time, no dependence on the executor's time zone).
  * - A lost connection is re-opened and the flush retried (bounded, jittered backoff); upserts
  *   and insert-ignore make the retry harmless.
  * - A bad row fails its flush with BadRowException naming its key and column; nothing of that
@@ -42,7 +45,6 @@ import java.sql.Savepoint;
 import java.sql.Statement;
 import java.sql.Timestamp;
 import java.sql.Types;
-import java.time.Instant;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -127,16 +129,6 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         public String getColumn() { return column; }
     }
 
-    private static final class ColumnInfo {
-        final String baseType;  // format_type(atttypid, NULL): the cast (no modifier, so no silent truncation)
-        final String fullType;  // format_type(atttypid, atttypmod): shown in messages
-
-        ColumnInfo(String baseType, String fullType) {
-            this.baseType = baseType;
-            this.fullType = fullType;
-        }
-    }
-
     // -- configuration (travels to executors) -----------------------------------------------
     private final String url;
     private final String user;
@@ -164,7 +156,11 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private transient long oldestNanos;
     private transient boolean closing;
     private transient RuntimeException error;
-    private transient LinkedHashMap<String, ColumnInfo> tableColumns;
+    private transient LinkedHashMap<String, PgColumnTypes.Column> tableColumns;
+    private transient PgColumnTypes.Column[] columnTypes;  // of `columns`, in order
+    private transient java.time.ZoneId sessionZone;
+    private transient Thread taskThread;                   // interrupted when a flush fails for good
+    private transient boolean interruptedTask;
     private transient List<String> keyColumns;
     private transient String[] columns;
     private transient int[] fieldIndex;
@@ -246,6 +242,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         resetRuntime();
         this.partitionId = partitionId;
         this.epochId = epochId;
+        this.taskThread = Thread.currentThread();
+        this.sessionZone = PgBinder.sessionZone();
         try {
             withRetries(this::connectAndDescribe, "open");
         } catch (RuntimeException e) {
@@ -299,6 +297,9 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 }
             }
         } catch (InterruptedException e) {
+            if (error != null) {
+                throw error;  // the flusher interrupted this thread to report it
+            }
             Thread.currentThread().interrupt();
             throw new PostgresSinkException("interrupted while waiting for a flush to " + target());
         } finally {
@@ -316,6 +317,10 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         try {
             lock.lock();
             try {
+                if (interruptedTask) {
+                    interruptedTask = false;
+                    pending = reportInterrupt(errorOrNull);
+                }
                 if (errorOrNull == null && error == null && buffered() > 0) {
                     seal(false);
                 }
@@ -326,6 +331,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                     clearBuffer();
                 }
                 closing = true;
+                taskThread = null;  // from here on a failed flush is thrown by close(), not by an interrupt
                 changed.signalAll();
             } finally {
                 lock.unlock();
@@ -369,6 +375,19 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         }
     }
 
+    /**
+     * The flusher interrupted the task thread to fail the task at once; the engine then fails it with
+     * whatever the interrupt broke (a source's sleep: InterruptedException) and calls close(error).
+     * Throwing the flush's error here attaches it to that exception (Spark adds it as suppressed), so
+     * the query's message names the row and column. Clears the flag we set.
+     */
+    private RuntimeException reportInterrupt(Throwable errorOrNull) {
+        if (Thread.currentThread() == taskThread) {
+            Thread.interrupted();
+        }
+        return errorOrNull != null && error != null && errorOrNull != error ? error : null;
+    }
+
     /** Counters of this task's writer, for logs and tests. */
     public String metrics() {
         return "rows_received=" + rowsReceived + " rows_written=" + rowsWritten + " flushes=" + flushes
@@ -389,7 +408,11 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         closing = false;
         error = null;
         tableColumns = null;
-        keyColumns = new ArrayList<>(upsertKey);
+        columnTypes = null;
+        keyColumns = new ArrayList<>();
+        for (String k : upsertKey) {
+            keyColumns.add(PgColumnTypes.pgName(k));
+        }
         columns = null;
         fieldIndex = null;
         keyIndex = null;
@@ -484,7 +507,11 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         String[] cols = new String[fields.length];
         List<String> unknown = new ArrayList<>();
         for (int i = 0; i < fields.length; i++) {
-            cols[i] = fields[i].name();
+            cols[i] = PgColumnTypes.pgName(fields[i].name());  // as Postgres reads a longer name
+            if (Arrays.asList(cols).subList(0, i).contains(cols[i])) {
+                throw new PostgresSinkException("columns " + fields[i].name() + " and another field are one column "
+                    + cols[i] + " in Postgres, which cuts names to 63 bytes");
+            }
             if (!supported(fields[i].dataType())) {
                 throw new PostgresSinkException("column " + cols[i] + " has Spark type "
                     + fields[i].dataType().simpleString() + ", which the JVM sink does not write; cast it "
@@ -497,6 +524,18 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         if (unknown.isEmpty() == false) {
             throw new PostgresSinkException("column(s) " + unknown + " not in table " + target()
                 + "; table columns: " + tableColumns.keySet());
+        }
+        columnTypes = new PgColumnTypes.Column[cols.length];
+        List<String> fixed = new ArrayList<>();
+        for (int i = 0; i < cols.length; i++) {
+            columnTypes[i] = tableColumns.get(cols[i]);
+            if (!columnTypes[i].notWritable.isEmpty()) {
+                fixed.add(cols[i] + " (" + columnTypes[i].notWritable + ")");
+            }
+        }
+        if (!fixed.isEmpty()) {
+            throw new PostgresSinkException("column(s) " + fixed + " of " + target() + " cannot be written (a plain "
+                + "INSERT refuses them too): leave them out of the rows; Postgres fills them");
         }
         List<String> colList = Arrays.asList(cols);
         if (!mode.equals("append")) {
@@ -516,7 +555,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
             }
         }
         if (versionColumn != null) {
-            versionIndex = colList.indexOf(versionColumn);
+            versionIndex = colList.indexOf(PgColumnTypes.pgName(versionColumn));
             if (versionIndex < 0) {
                 throw new PostgresSinkException("versioncolumn " + versionColumn
                     + " is not among the written columns " + colList);
@@ -531,7 +570,10 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     }
 
     private static boolean supported(DataType t) {
-        return t instanceof BooleanType || t instanceof ByteType || t instanceof ShortType
+        if (t instanceof org.apache.spark.sql.types.ArrayType) {
+            return supported(((org.apache.spark.sql.types.ArrayType) t).elementType());
+        }
+        return t.typeName().equals("time") || t instanceof BooleanType || t instanceof ByteType || t instanceof ShortType
             || t instanceof IntegerType || t instanceof LongType || t instanceof FloatType
             || t instanceof DoubleType || t instanceof DecimalType || t instanceof StringType
             || t instanceof BinaryType || t instanceof DateType || t instanceof TimestampType
@@ -541,11 +583,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private Object[] toValues(Row row) {
         Object[] values = new Object[columns.length];
         for (int i = 0; i < values.length; i++) {
-            Object v = row.get(fieldIndex[i]);
-            if (v instanceof Instant) {
-                v = Timestamp.from((Instant) v);
-            }
-            values[i] = v;
+            values[i] = PgBinder.fromSpark(row.get(fieldIndex[i]));
         }
         return values;
     }
@@ -556,7 +594,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         for (int i = 0; i < cols.length; i++) {
             String sep = i == 0 ? "" : ", ";
             names.append(sep).append(quote(cols[i]));
-            params.append(sep).append("CAST(? AS ").append(tableColumns.get(cols[i]).baseType).append(')');
+            params.append(sep).append(tableColumns.get(cols[i]).param());
         }
         if (mode.equals("append")) {
             return "INSERT INTO " + target() + " (" + names + ") VALUES (" + params + ")";
@@ -589,8 +627,9 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
             StringBuilder newRow = new StringBuilder();
             for (int i = 0; i < updates.size(); i++) {
                 String c = quote(updates.get(i));
-                oldRow.append(i == 0 ? "" : ", ").append("t.").append(c);
-                newRow.append(i == 0 ? "" : ", ").append("EXCLUDED.").append(c);
+                PgColumnTypes.Column type = tableColumns.get(updates.get(i));
+                oldRow.append(i == 0 ? "" : ", ").append(type.compared("t", c));
+                newRow.append(i == 0 ? "" : ", ").append(type.compared("EXCLUDED", c));
             }
             sql.append(" WHERE (").append(oldRow).append(") IS DISTINCT FROM (").append(newRow).append(')');
         }
@@ -644,21 +683,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     }
 
     private void describeTable() throws SQLException {
-        LinkedHashMap<String, ColumnInfo> found = new LinkedHashMap<>();
-        try (PreparedStatement ps = conn.prepareStatement(
-            "SELECT a.attname, format_type(a.atttypid, NULL), format_type(a.atttypid, a.atttypmod) "
-                + "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
-                + "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-                + "WHERE c.relname = ? AND n.nspname = COALESCE(CAST(? AS text), current_schema()) "
-                + "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum")) {
-            ps.setString(1, table);
-            ps.setString(2, schema);
-            try (ResultSet rs = ps.executeQuery()) {
-                while (rs.next()) {
-                    found.put(rs.getString(1), new ColumnInfo(rs.getString(2), rs.getString(3)));
-                }
-            }
-        }
+        LinkedHashMap<String, PgColumnTypes.Column> found = PgColumnTypes.describe(conn, table, schema);
         if (found.isEmpty()) {
             conn.rollback();
             throw new PostgresSinkException("table " + target() + (schema == null ? " (in the current schema)" : "")
@@ -671,8 +696,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                     + "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
                     + "WHERE c.relname = ? AND n.nspname = COALESCE(CAST(? AS text), current_schema()) "
                     + "AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)")) {
-                ps.setString(1, table);
-                ps.setString(2, schema);
+                ps.setString(1, PgColumnTypes.pgName(table));
+                ps.setString(2, PgColumnTypes.pgName(schema));
                 try (ResultSet rs = ps.executeQuery()) {
                     while (rs.next()) {
                         keyColumns.add(rs.getString(1));
@@ -692,7 +717,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 missing.add(k);
             }
         }
-        if (versionColumn != null && !found.containsKey(versionColumn)) {
+        if (versionColumn != null && !found.containsKey(PgColumnTypes.pgName(versionColumn))) {
             missing.add(versionColumn);
         }
         if (!missing.isEmpty()) {
@@ -846,8 +871,12 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 }
                 if (failure != null) {
                     error = failure;
-                    LOG.error("postgres JVM sink: flush failed; thrown by the next process() or close(): {}",
-                        failure.getMessage());
+                    LOG.error("postgres JVM sink: flush failed; failing the task now: {}", failure.getMessage());
+                    Thread task = taskThread;
+                    if (task != null && task != Thread.currentThread()) {
+                        interruptedTask = true;
+                        task.interrupt();  // the task learns of it at once, not at the end of the long batch
+                    }
                 } else {
                     flushes++;
                     rowsWritten += written;
@@ -879,7 +908,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         }
         try (PreparedStatement ps = conn.prepareStatement(statement)) {
             for (Object[] values : batch) {
-                bind(ps, values);
+                PgBinder.bind(ps, values, columnTypes, sessionZone);
                 ps.addBatch();
             }
             int[] counts = ps.executeBatch();
@@ -892,16 +921,6 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         } catch (SQLException e) {
             rollbackQuietly();
             throw e;
-        }
-    }
-
-    private static void bind(PreparedStatement ps, Object[] values) throws SQLException {
-        for (int i = 0; i < values.length; i++) {
-            if (values[i] == null) {
-                ps.setNull(i + 1, Types.NULL);
-            } else {
-                ps.setObject(i + 1, values[i]);
-            }
         }
     }
 
@@ -927,7 +946,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 for (Object[] values : batch) {
                     Savepoint sp = conn.setSavepoint();
                     try {
-                        bind(ps, values);
+                        PgBinder.bind(ps, values, columnTypes, sessionZone);
                         ps.executeUpdate();
                         conn.releaseSavepoint(sp);
                     } catch (SQLException rowError) {
@@ -981,8 +1000,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 }
                 Savepoint sp = conn.setSavepoint();
                 try (PreparedStatement ps = conn.prepareStatement("INSERT INTO pg_temp.rtm_jvm_sink_probe ("
-                    + quote(columns[i]) + ") VALUES (CAST(? AS " + tableColumns.get(columns[i]).baseType + "))")) {
-                    ps.setObject(1, values[i]);
+                    + quote(columns[i]) + ") VALUES (" + columnTypes[i].param() + ")")) {
+                    PgBinder.bindOne(ps, 1, values[i], columnTypes[i], sessionZone);
                     ps.executeUpdate();
                     conn.releaseSavepoint(sp);
                 } catch (SQLException e) {

@@ -3,31 +3,25 @@
 ``python scripts/skills.py rules`` prints this table. A code marked not
 suppressible cannot be silenced by a ``<!-- skills: allow CODE -- reason -->``
 opt-out (syntax errors and the checks on the pack's own structure).
+
+The codes a user's own files can get (real-time, sink, SQL, continuation,
+prose, syntax, opt-outs, unreadable files) are defined once, in
+:mod:`rtm_lakebase.check.codes`, which ships with the skill; this table adds
+the pack's own codes around them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Code:
-    code: str
-    summary: str
-    fix: str
-    suppressible: bool = False
-
+from rtm_lakebase.check.codes import CODES as USER_CODES
+from rtm_lakebase.check.codes import Code
 
 _ALL = [
     # Pack structure and bad input
     Code("PACK001", "SKILL.md is missing at the pack root", "Create SKILL.md with front matter and a routing table."),
-    Code("PACK002", "a pack file cannot be read or is not UTF-8", "Make the file readable and save it as UTF-8."),
-    Code("PACK003", "a pack path is not a regular file inside the pack (FIFO, device, socket, directory, broken "
-         "symlink or symlink leaving the pack); it is never opened", "Replace it with a regular file, or remove it."),
-    Code("PACK004", "a pack file is over one of the validator's size limits (bytes; headings for anchors)",
-         "Split the file; references and modules stay far below the limits (see the limits line below)."),
-    Code("PACK005", "more findings in one file than the per-file limit; the rest are counted, not listed",
-         "Fix the listed findings and validate again."),
+    USER_CODES["PACK002"],
+    USER_CODES["PACK003"],
+    USER_CODES["PACK004"],
+    USER_CODES["PACK005"],
     # SKILL.md front matter (Agent Skills specification)
     Code("FM001", "SKILL.md front matter is missing or is not a YAML mapping", "Start SKILL.md with '---', YAML keys, '---'."),
     Code("FM002", "front matter key not allowed by the Agent Skills specification",
@@ -65,13 +59,12 @@ _ALL = [
     Code("LINK002", "link anchor matches no heading id as the site renders it (Python-Markdown toc, mkdocs.yml settings)",
          "Use the heading's id: lowercase, spaces to '-', punctuation dropped; a repeated heading gets _1, _2 ..."),
     # Code blocks
-    Code("PY001", "python block or example module does not parse", "Make the code valid Python; show pseudo-code in a ```text block."),
-    Code("PY002", "python block or module nested too deeply for the parser or the rules (not checked)",
-         "Flatten the code: name intermediate results instead of nesting expressions hundreds deep."),
+    USER_CODES["PY001"],
+    USER_CODES["PY002"],
     Code("EX001", "example module has no docstring", "Start the module with a docstring whose first line summarises it."),
-    Code("OPT001", "opt-out comment without a reason", "Write <!-- skills: allow CODE -- why this block is wrong on purpose -->."),
-    Code("OPT002", "opt-out suppresses nothing (stale)", "Remove the code from the opt-out, or the opt-out itself."),
-    Code("OPT003", "opt-out names an unknown or unsuppressible code", "Use a code listed by `python scripts/skills.py rules`."),
+    USER_CODES["OPT001"],
+    USER_CODES["OPT002"],
+    USER_CODES["OPT003"],
     Code("EXC001", "excerpt names a module that does not exist", "Point <!-- excerpt: examples/MODULE.py#NAME --> at a real module."),
     Code("EXC002", "excerpt region missing or unbalanced in the module",
          "Mark the region with '# --8<-- [start:NAME]' and '# --8<-- [end:NAME]'."),
@@ -85,36 +78,27 @@ _ALL = [
     Code("GEN003", "a generator cannot run: its JSON source is missing or invalid, or its function fails",
          "Restore the JSON source (re-run the script that writes it) or fix the generator function."),
     # Real-time mode rules (Python AST)
-    Code("RTM001", "realTime trigger given a non-string (e.g. realTime=True)",
-         "Pass a duration string: .trigger(realTime=\"5 seconds\").", True),
-    Code("RTM002", "realTime trigger duration under 5 seconds or not a Spark interval",
-         "Use at least \"5 seconds\" (Spark's minimum); it is the checkpoint interval, not a latency.", True),
-    Code("RTM003", "foreachBatch in a real-time query (rejected at start())",
-         "Use .foreach(writer) with an idempotent writer.", True),
-    Code("RTM004", "real-time query with an output mode other than update (or none: the default is append)",
-         "Add .outputMode(\"update\").", True),
-    Code("RTM005", "dropDuplicatesWithinWatermark in a real-time query (not allowlisted)",
-         "Use dropDuplicates(keys) (state is unbounded) or deduplicate in the sink.", True),
-    Code("RTM006", "Python or pandas UDF in a real-time query (not allowlisted in OSS)",
-         "Use built-in functions (pyspark.sql.functions) or move the logic into the foreach writer.", True),
-    Code("RTM007", "mapInPandas/mapInArrow in a real-time query (not supported)",
-         "Use built-in column expressions, or do the work in the foreach writer.", True),
-    Code("RTM008", "session window in a real-time query (not supported)", "Use tumbling or sliding windows (window()).", True),
-    Code("RTM009", "non-broadcast join in a real-time query (only broadcast stream-static joins run)",
-         "Wrap the static side: stream.join(broadcast(static_df), key).", True),
+    USER_CODES["RTM001"],
+    USER_CODES["RTM002"],
+    USER_CODES["RTM003"],
+    USER_CODES["RTM004"],
+    USER_CODES["RTM005"],
+    USER_CODES["RTM006"],
+    USER_CODES["RTM007"],
+    USER_CODES["RTM008"],
+    USER_CODES["RTM009"],
+    USER_CODES["LBS001"],
+    USER_CODES["LBS002"],
+    USER_CODES["LBS003"],
     # Sink, SQL, syntax
-    Code("SINK001", "foreach writer's open() returns a falsy value on an exception (rows silently skipped)",
-         "Let the exception propagate (raise) so the task fails and the rows are replayed.", True),
-    Code("SQL001", "SQL built with an f-string, % or .format() passed to execute/executemany/copy",
-         "Use query parameters (%s placeholders + a tuple) or psycopg.sql.SQL(...).format(sql.Identifier(...)).", True),
-    Code("CONT001", "comment next to a line-continuation backslash (a syntax error or a silent break)",
-         "Wrap the chain in parentheses and put comments on their own lines.", True),
+    USER_CODES["SINK001"],
+    USER_CODES["SQL001"],
+    USER_CODES["CONT001"],
     # Prose rules
-    Code("PROSE001", "claims Photon is needed or enabled for real-time mode",
-         "Say Photon must be off for real-time mode on Databricks.", True),
-    Code("PROSE002", "claims Databricks Runtime 13.3 for real-time mode", "Real-time mode needs Databricks Runtime 16.4 LTS or later.", True),
-    Code("PROSE003", "claims an 800 ms latency figure", "Quote measured figures with their source instead.", True),
-    Code("PROSE004", "realTime=True written in text", "Write realTime=\"5 seconds\" (a duration string).", True),
+    USER_CODES["PROSE001"],
+    USER_CODES["PROSE002"],
+    USER_CODES["PROSE003"],
+    USER_CODES["PROSE004"],
     # Example modules import cleanly
     Code("IMP001", "importing an example module prints output", "Move output behind a function or `if __name__ == \"__main__\":`."),
     Code("IMP002", "importing an example module starts a thread", "Start threads inside functions, not at import."),
@@ -133,6 +117,13 @@ _ALL = [
          "Point skills at a folder holding SKILL.md and marketplace sources at a folder holding the plugin manifest."),
     Code("PLUG006", "a skills path holds more than one SKILL.md (the tool would load each one)",
          "Keep exactly one SKILL.md under the plugin's skills path."),
+    Code("PLUG007", "the plugin folder plugins/<install-name>/ is missing or differs from what package writes (drift)",
+         "Run `python scripts/skills.py package` and commit; never edit the plugin folder by hand."),
+    Code("PLUG008", "a Codex or Cursor skills path is the plugin root ('./'): Codex ignores it (no skill loads), "
+         "Cursor's validator refuses it", "Put the skill in skills/<name>/ and set \"skills\": \"./skills/\"."),
+    Code("PLUG009", "a marketplace's plugin folder holds more than the plugin (package.json, agents/, tests ...): "
+         "clients copy it all and read package.json, agents/, commands/, hooks/ as plugin parts",
+         "Point the marketplace at the generated plugins/<install-name>/ (manifests and skills/ only)."),
     Code("PKG001", "a link in the installed skill (dist/<install-name>/) does not resolve inside it",
          "Link only to SKILL.md, references/, rtm_lakebase/, examples/; other files are rewritten to repository URLs."),
     Code("PKG002", "the installed skill cannot be built (e.g. a link leaves it and no repository URL is set)",

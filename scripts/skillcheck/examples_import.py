@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .packfiles import CODE_DIRS
 from .readfile import file_problem
 

@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .readfile import file_problem
 
 TIMEOUT_SECONDS = 300

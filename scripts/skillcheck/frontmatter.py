@@ -36,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .limits import MAX_FRONT_MATTER_BYTES, MAX_NESTING
 from .markdown import Document
 from .readfile import read_pack_text

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,12 @@ finding instead of a crash or a hang.
 
 from __future__ import annotations
 
-#: Largest file the validator reads (bytes; the largest reference is ~37 KB). Larger is PACK004, not scanned:
-#: markdown-it-py needs ~6 s for 256 KB of pathological input (e.g. 250,000 "[") on this 2-core machine.
-MAX_FILE_BYTES = 256 * 1024
-#: At most this many findings are printed per file; the rest are summed up in one PACK005 finding.
-MAX_FINDINGS_PER_FILE = 50
-#: Deepest nesting accepted in YAML front matter and JSON files (lists/mappings inside each other).
-MAX_NESTING = 64
+# The limits a user's file meets in the checker that ships with the skill are defined there, once.
+from rtm_lakebase.check.limits import MAX_FILE_BYTES, MAX_FINDINGS_PER_FILE, MAX_NESTING
+
+__all__ = ["MAX_EMPHASIS_MARKERS", "MAX_FILE_BYTES", "MAX_FINDINGS_PER_FILE", "MAX_FRONT_MATTER_BYTES",
+           "MAX_HEADINGS", "MAX_NESTING", "describe"]
+
 #: Most emphasis markers ('*' and '_') per Markdown file parsed as emphasis; more is PACK004 (the largest
 #: reference has ~500; markdown-it-py 3.0 needs memory quadratic in them within one paragraph).
 MAX_EMPHASIS_MARKERS = 5_000

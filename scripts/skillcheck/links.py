@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
 
+from rtm_lakebase.check.findings import Finding
+
 from .anchors import anchors
-from .findings import Finding
 from .markdown import Document
 
 SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")

@@ -18,7 +18,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .frontmatter import parse_front_matter
 from .markdown import Document, parse
 from .packfiles import pack_files

@@ -1,4 +1,13 @@
-"""`skills.py package`: build the folder an assistant installs, ``dist/<install-name>/``, and its zip.
+"""`skills.py package`: build the folder an assistant installs, ``dist/<install-name>/``, its zip, and the plugin.
+
+The plugin folder ``plugins/<install-name>/`` (committed, so a clone's
+marketplaces can name it) holds only the skill: each client's plugin manifest
+(``.claude-plugin/``, ``.codex-plugin/``, ``.cursor-plugin/plugin.json``,
+written from ``[tool.skill.plugin]`` in pyproject.toml) and
+``skills/<install-name>/``, the same tree as ``dist/<install-name>/``. No
+package.json, tests or root ``agents/`` a client would read as something else.
+``validate`` reports a plugin folder that differs from what ``package`` would
+write (PLUG007), the way it reports a stale manifest.json (MAN004).
 
 The installed skill holds SKILL.md, ``references/``, the Codex metadata
 ``agents/openai.yaml``, and the code the references show and link: the user's
@@ -20,6 +29,8 @@ timestamps, so the same sources give the same bytes.
 
 from __future__ import annotations
 
+import filecmp
+import json
 import os
 import posixpath
 import shutil
@@ -28,7 +39,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .links import SCHEME_RE, check_links
 from .markdown import parse
 from .readfile import read_bytes_checked, read_text_checked, safe_exists
@@ -217,3 +229,136 @@ def _load_doc(root: Path, rel: str):
         return parse(rel, read_text_checked(root, rel))
     except (OSError, UnicodeDecodeError):
         return None
+
+
+# --- the plugin folder: plugins/<install-name>/ ---------------------------------------------------
+
+PLUGINS_DIR = "plugins"
+#: Where each client looks for the skills inside a plugin. Codex ignores a skills path equal to the
+#: plugin root (``ignoring skills: path must not be './'``), and Cursor's validator refuses it.
+PLUGIN_SKILLS = "./skills/"
+
+
+def plugin_settings(root: Path) -> dict:
+    """``[tool.skill.plugin]`` (display-name, description, short-description, author, license, category,
+    keywords) with the project's name, version and URLs."""
+    name, version, repo_url = read_settings(root)
+    data = tomllib.loads(read_text_checked(root, "pyproject.toml"))
+    meta = data.get("tool", {}).get("skill", {}).get("plugin")
+    if not isinstance(meta, dict):
+        raise PackageError("pyproject.toml has no [tool.skill.plugin] table (the plugin manifests' metadata)")
+    need = ("display-name", "description", "short-description", "author", "license", "category", "keywords")
+    missing = [k for k in need if not meta.get(k)]
+    if missing:
+        raise PackageError(f"[tool.skill.plugin] in pyproject.toml lacks {', '.join(missing)}")
+    urls = data.get("project", {}).get("urls", {})
+    return {**meta, "name": name, "version": version, "repository": repo_url,
+            "homepage": urls.get("Documentation") or repo_url}
+
+
+def has_plugin_settings(root: Path) -> bool:
+    """Whether pyproject.toml has a ``[tool.skill.plugin]`` table (a bare skill needs no plugin folder)."""
+    try:
+        data = tomllib.loads(read_text_checked(root, "pyproject.toml"))
+    except (OSError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(data.get("tool", {}).get("skill", {}).get("plugin"), dict)
+
+
+def plugin_manifests(root: Path) -> dict[str, bytes]:
+    """Plugin-relative path -> bytes of each client's plugin manifest."""
+    s = plugin_settings(root)
+    common = {"name": s["name"], "version": s["version"], "description": s["description"],
+              "author": {"name": s["author"]}}
+    links = {k: s[k] for k in ("homepage", "repository") if s.get(k)}
+    tail = {"license": s["license"], "keywords": list(s["keywords"])}
+    manifests = {
+        # Claude Code loads skills/ of a plugin by default; naming it again would add nothing.
+        ".claude-plugin/plugin.json": {**common, **links, **tail},
+        ".codex-plugin/plugin.json": {**common, **links, **tail, "skills": PLUGIN_SKILLS,
+                                      "interface": {"displayName": s["display-name"],
+                                                    "shortDescription": s["short-description"],
+                                                    "category": s["category"], "developerName": s["author"]}},
+        ".cursor-plugin/plugin.json": {"name": s["name"], "displayName": s["display-name"],
+                                       **{k: v for k, v in common.items() if k != "name"}, **links, **tail,
+                                       "skills": PLUGIN_SKILLS},
+    }
+    return {rel: (json.dumps(m, indent=2, ensure_ascii=False) + "\n").encode("utf-8") for rel, m in manifests.items()}
+
+
+def write_plugin_tree(root: Path, dest: Path) -> list[str]:
+    """Write the plugin folder's content into ``dest``; returns its files (plugin-relative, sorted)."""
+    name, _version, repo_url = read_settings(root)
+    manifests = plugin_manifests(root)
+    files = [f"skills/{name}/{rel}" for rel in _write_tree(root, dest / "skills" / name, repo_url)]
+    for rel, data in manifests.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(data)
+    return sorted(files + list(manifests))
+
+
+def build_plugin(root: Path, out_dir: Path | None = None) -> Path:
+    """Build ``plugins/<install-name>/`` (or ``out_dir/<install-name>/``) in place of the old one; returns it."""
+    name, _version, _repo = read_settings(root)
+    out_dir = out_dir or root / PLUGINS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
+    try:
+        write_plugin_tree(root, staging)
+        problems = check_package(staging / "skills" / name)
+        if problems:
+            raise PackageError("; ".join(f.text() for f in problems), problems[0].path)
+        folder = out_dir / name
+        old = out_dir / f".{name}.old"
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(staging, folder)
+        if old.exists():
+            shutil.rmtree(old)
+        return folder
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _tree_files(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+def check_plugin_drift(root: Path) -> list[Finding]:
+    """PLUG007 when ``plugins/<install-name>/`` is missing or differs from what ``package`` would write.
+
+    Checked when the pack has a plugin folder or a marketplace (a bare skill needs neither).
+    """
+    try:
+        name, _version, _repo = read_settings(root)
+    except PackageError:
+        return []  # FM004
+    rel = f"{PLUGINS_DIR}/{name}"
+    markets = (".claude-plugin/marketplace.json", ".agents/plugins/marketplace.json", ".cursor-plugin/marketplace.json")
+    if not os.path.lexists(root / rel) and not any(safe_exists(root / m) for m in markets):
+        return []
+    fix = "run `python scripts/skills.py package` and commit"
+    with tempfile.TemporaryDirectory() as tmp:
+        want = Path(tmp) / name
+        try:
+            write_plugin_tree(root, want)
+        except PackageError as exc:
+            if exc.path == "SKILL.md":
+                return []  # PACK001
+            return [Finding(exc.path, 1, 1, "PLUG007", f"the plugin folder {rel}/ cannot be generated: {exc}")]
+        have = root / rel
+        if not have.is_dir() or have.is_symlink():
+            return [Finding(rel, 1, 1, "PLUG007", f"the plugin folder {rel}/ is missing; {fix}")]
+        want_files, have_files = _tree_files(want), _tree_files(have)
+        stale = sorted(f for f in want_files & have_files
+                       if (have / f).is_symlink() or not filecmp.cmp(want / f, have / f, shallow=False))
+        out = []
+        for label, group in (("missing", sorted(want_files - have_files)), ("not generated (extra)",
+                                                                          sorted(have_files - want_files)),
+                             ("out of date", stale)):
+            if group:
+                more = f" and {len(group) - 3} more" if len(group) > 3 else ""
+                out.append(Finding(f"{rel}/{group[0]}", 1, 1, "PLUG007",
+                                   f"plugin folder drift: {label}: {', '.join(group[:3])}{more}; {fix}"))
+        return out

@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 #: Folders never scanned for Markdown: tools, builds, caches, the validator's deliberately broken fixtures,
-#: the user files `skills.py check` is tested on, and eval answers (graded by `skills.py eval`, some wrong on purpose).
+#: the user files `skills.py check` is tested on, eval answers (graded by `skills.py eval`, some wrong on purpose),
+#: the generated plugin folder (a copy of the skill, checked for drift as a whole: PLUG007) and the built
+#: package dist/ (gitignored; a stale one would be reported against sources that moved on).
 SKIP_DIRS = {"node_modules", "site", "__pycache__"}
-SKIP_PREFIXES = ("tests/validator/fixtures", "tests/check_files", "evals/answers")
+SKIP_PREFIXES = ("tests/validator/fixtures", "tests/check_files", "evals/answers", "plugins/", "dist/")
 
 #: Folders of Python code that references may excerpt and link: the user's package
 #: (``rtm_lakebase``), the pack's own lab (``pack_lab``) and runnable examples.

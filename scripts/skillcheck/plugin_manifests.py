@@ -8,6 +8,18 @@ valid skill): it parses, it is valid against its schema in ``schemas/``
 exists inside the pack (a skills path holds SKILL.md, a marketplace source holds
 that tool's plugin manifest), and a skills path holds exactly one SKILL.md
 (Codex walks the folder for every SKILL.md it finds).
+
+What the clients accept, beyond what they parse: Codex 0.169 ignores a plugin
+whose ``skills`` is the plugin root (it logs ``ignoring skills: path must not
+be './'`` and loads no skill) and Cursor's plugin validator refuses that path
+(cursor/plugins ``scripts/validate-plugins.mjs`` at commit
+353b583b8aa15516387707884f593058dbc744c8: a path that is empty after removing
+``./`` and trailing ``/`` "must be relative to the plugin directory"): PLUG008.
+Every client copies a marketplace's plugin folder whole and reads parts of it
+by folder name (Claude Code runs ``npm ci`` for a package.json and reads
+``agents/`` as subagents), so that folder holds the manifests and ``skills/``
+only: PLUG009. The generated folder ``plugins/<install-name>/`` is checked
+like any plugin, and for drift (PLUG007, :mod:`skillcheck.package`).
 """
 
 from __future__ import annotations
@@ -23,7 +35,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .frontmatter import _yaml_shape_problem, parse_front_matter
 from .limits import MAX_NESTING
 from .markdown import parse
@@ -47,7 +60,32 @@ MANIFESTS = (
              ".codex-plugin/plugin.json"),
     Manifest("agents/openai.yaml", "schemas/codex-skill-metadata.schema.json", "skill-metadata"),
     Manifest(".cursor-plugin/plugin.json", "schemas/cursor-plugin.schema.json", "plugin"),
+    Manifest(".cursor-plugin/marketplace.json", "schemas/cursor-marketplace.schema.json", "marketplace",
+             ".cursor-plugin/plugin.json"),
 )
+
+#: The plugin manifests ``skills.py package`` writes into ``plugins/<install-name>/``.
+GENERATED_PLUGIN_MANIFESTS = tuple(m for m in MANIFESTS if m.kind == "plugin")
+
+#: Clients that ignore or refuse a skills path equal to the plugin root (PLUG008).
+_ROOT_SKILLS_REFUSED = {".codex-plugin/plugin.json": "Codex ignores it and loads no skill",
+                        ".cursor-plugin/plugin.json": "Cursor's plugin validator refuses it"}
+
+#: What a marketplace's plugin folder may hold besides nothing (PLUG009).
+PLUGIN_FOLDER_ALLOWED = {".claude-plugin", ".codex-plugin", ".cursor-plugin", "skills",
+                         "README.md", "LICENSE", "LICENSE.txt", "CHANGELOG.md"}
+
+
+def manifests_for(root: Path) -> list[Manifest]:
+    """The pack-root manifests, then the generated plugin folder's (``plugins/<install-name>/...``)."""
+    out = list(MANIFESTS)
+    try:
+        name = tomllib.loads(read_text_checked(root, "pyproject.toml"))["tool"]["skill"]["install-name"]
+    except (OSError, KeyError, TypeError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError):
+        return out
+    if isinstance(name, str) and name and "/" not in name and not name.startswith("."):
+        out += [Manifest(f"plugins/{name}/{m.path}", m.schema, m.kind) for m in GENERATED_PLUGIN_MANIFESTS]
+    return out
 
 #: Folders a skill walk never enters (hidden folders are skipped by Codex too).
 _WALK_SKIP = {"node_modules", "site", "dist", "__pycache__", ".venv"}
@@ -187,7 +225,13 @@ def check_manifest_file(root: Path, m: Manifest, name: str | None, version: str 
             out.append(Finding(rel, _line_of(text, '"version"'), 1, "PLUG004",
                                f"version {data.get('version')!r} differs from pyproject.toml version {version!r}"))
         skills = data.get("skills")
+        client = next((why for suffix, why in _ROOT_SKILLS_REFUSED.items() if rel.endswith(suffix)), None)
         for target in ([skills] if isinstance(skills, str) else skills or []):
+            if client and isinstance(target, str) and target.strip().removeprefix("./").strip("/") in ("", "."):
+                out.append(Finding(rel, _line_of(text, f'"{target}"'), 1, "PLUG008",
+                                   f"skills path {target!r} is the plugin root: {client}; "
+                                   'put the skill in skills/<name>/ and write "skills": "./skills/"'))
+                continue
             out += _check_skills_path(root, rel, text, _plugin_base(rel), target)
     elif m.kind == "marketplace":
         meta_version = (data.get("metadata") or {}).get("version")
@@ -214,6 +258,14 @@ def check_manifest_file(root: Path, m: Manifest, name: str | None, version: str 
             elif not safe_exists(root / where / m.plugin_manifest, "file"):
                 out.append(Finding(rel, line, 1, "PLUG005",
                                    f"plugin source {target!r} holds no {m.plugin_manifest}"))
+            else:
+                extra = sorted(p.name + ("/" if p.is_dir() else "") for p in (root / where).iterdir()
+                               if p.name not in PLUGIN_FOLDER_ALLOWED)
+                if extra:
+                    more = f" and {len(extra) - 4} more" if len(extra) > 4 else ""
+                    out.append(Finding(rel, line, 1, "PLUG009",
+                                       f"plugin source {target!r} holds more than the plugin: "
+                                       f"{', '.join(extra[:4])}{more}; the client copies it all"))
     else:  # agents/openai.yaml beside SKILL.md
         if not safe_exists(root / posixpath.dirname(posixpath.dirname(rel)) / "SKILL.md", "file"):
             out.append(Finding(rel, 1, 1, "PLUG005", "agents/openai.yaml must sit in a skill folder, beside SKILL.md"))
@@ -235,7 +287,7 @@ def check_plugin_manifests(root: Path) -> list[Finding]:
     """Findings for every plugin/marketplace manifest present in the pack."""
     name, version = skill_name(root), project_version(root)
     out: list[Finding] = []
-    for m in MANIFESTS:
+    for m in manifests_for(root):
         if safe_exists(root / m.path):
             out += check_manifest_file(root, m, name, version)
     return out

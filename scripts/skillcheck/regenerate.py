@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rtm_lakebase.check.findings import Finding
+
 from .excerpts import rewrite_excerpts
-from .findings import Finding
 from .generated import Renderer, rewrite
 from .markdown import parse
 from .packfiles import markdown_files

@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from .findings import Finding
+from rtm_lakebase.check.findings import Finding
+
 from .markdown import Document
 
 READ_WHEN_RE = re.compile(r"read\s+when", re.I)

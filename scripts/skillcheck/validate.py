@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rtm_lakebase.check.findings import Finding, capped, unique_sorted
+
 from .codeblocks import check_document, check_module
-from .findings import Finding, capped, unique_sorted
 from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .generated import Renderer, check_blocks
 from .limits import MAX_FINDINGS_PER_FILE, MAX_HEADINGS
@@ -117,10 +118,10 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
     from .examples_import import check_imports
 
     out += check_imports(root)
-    from .package import check_pack_package
+    from .package import check_pack_package, check_plugin_drift
     from .plugin_manifests import check_plugin_manifests
 
-    out += check_plugin_manifests(root) + check_pack_package(root)
+    out += check_plugin_manifests(root) + check_pack_package(root) + check_plugin_drift(root)
     if external:
         from .external import run_markdownlint, run_mkdocs
 

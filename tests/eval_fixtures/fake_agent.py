@@ -3,6 +3,7 @@
 
 With the skill installed in $HOME it writes the task's reference answer; without
 it, the first known-wrong answer (or nothing, for tasks listed in FAKE_AGENT_SKIP).
+With the skill it writes NOTES.md citing SKILL.md (not for tasks in FAKE_AGENT_NO_NOTES).
 It also proves the prompt names the answer folder and that the installed skill
 carries no reference answers (exit 3 otherwise).
 """
@@ -39,6 +40,8 @@ def main() -> int:
     for f in src.iterdir():
         if f.name != "EXPECTED_FAILURE":
             shutil.copy(f, answer_dir / f.name)
+    if (installed / "SKILL.md").is_file() and task not in os.environ.get("FAKE_AGENT_NO_NOTES", "").split(","):
+        (answer_dir / "NOTES.md").write_text(f"{installed}/SKILL.md\n{installed}/references/real-time-mode.md\n")
     return 0
 
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rtm_lakebase.jvm_sink import WRITER_CLASS, JvmSinkUnavailable, jvm_sink_jars
+from rtm_lakebase.jvm.sink import WRITER_CLASS, JvmSinkUnavailable, jvm_sink_jars
 
 
 def _have_javac() -> bool:

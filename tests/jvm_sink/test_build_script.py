@@ -25,9 +25,16 @@ def copy_of_the_repo(tmp_path: Path) -> Path:
     (root / "scripts").mkdir(parents=True)
     (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
-    for source in SOURCE.parent.glob("*.java"):  # the build compiles every Java file of the folder
+    for source in SOURCE.parent.glob("*.java"):  # the build compiles every .java file there
         shutil.copy(source, root / "rtm_lakebase" / "jvm" / source.name)
     return root
+
+
+def sources_sha(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.java"), key=lambda p: p.name.encode()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def sandbox_path(tmp_path: Path, with_javac: bool) -> str:
@@ -98,9 +105,10 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     source.write_text(source.read_text() + "\n// changed\n")
     changed = run(root, path, PG_JDBC_JAR=str(driver))
     assert changed.returncode == 0 and "compiling the JVM sink" in changed.stderr
-    sources = sorted(source.parent.glob("*.java"), key=lambda p: p.name)
-    assert (build / "rtm-lakebase-jvm-sink.sha256").read_text().strip() == \
-        hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    assert (build / "rtm-lakebase-jvm-sink.sha256").read_text().strip() == sources_sha(source.parent)
+    helper = next(p for p in source.parent.glob("*.java") if p != source)  # any file there counts
+    helper.write_text(helper.read_text() + "\n// changed\n")
+    assert "compiling the JVM sink" in run(root, path, PG_JDBC_JAR=str(driver)).stderr
 
     source.write_text(source.read_text() + "\nthis is not Java\n")
     broken = run(root, path, PG_JDBC_JAR=str(driver))
@@ -121,5 +129,6 @@ def test_the_wheel_ships_the_java_source_but_no_build_output(tmp_path):
     assert "Package would be ignored" not in proc.stderr
     (wheel,) = (tmp_path / "wheels").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm_sink.py" in names
+    assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in names and "rtm_lakebase/jvm/sink.py" in names
+    assert {f"rtm_lakebase/jvm/{p.name}" for p in SOURCE.parent.glob("*.java")} <= set(names)
     assert not [n for n in names if "/build/" in n or n.endswith((".jar", ".class"))]

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from pack_lab.rtm_lab import RealTimeMemorySource
-from rtm_lakebase.jvm_sink import start_jvm_sink_query
+from rtm_lakebase.jvm import start_jvm_sink_query
 from tests.jvm_sink.conftest import wait_until
 from tests.sink.helpers import make_table
 

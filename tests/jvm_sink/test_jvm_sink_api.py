@@ -1,4 +1,4 @@
-"""rtm_lakebase.jvm_sink without a query: DSN → JDBC URL, option checks, clear errors for what is missing."""
+"""rtm_lakebase.jvm.sink without a query: DSN → JDBC URL, option checks, clear errors for what is missing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rtm_lakebase import jvm_sink
-from rtm_lakebase.jvm_sink import (
+from rtm_lakebase.jvm import sink as jvm_sink
+from rtm_lakebase.jvm.sink import (
     JvmSinkUnavailable,
     _format_key_list,
     build_jvm_writer,
@@ -16,7 +16,7 @@ from rtm_lakebase.jvm_sink import (
     jvm_sink_jars,
     start_jvm_sink_query,
 )
-from rtm_lakebase.pg_connection import ConnectionSettings
+from rtm_lakebase.postgres.connection import ConnectionSettings
 
 
 def test_jdbc_url_keeps_server_tls_and_timeouts_and_never_the_password():

@@ -9,6 +9,7 @@ with no further rows, and the password kept out of every message.
 from __future__ import annotations
 
 import json
+import time
 
 import psycopg
 import pytest
@@ -16,8 +17,8 @@ from psycopg import sql
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
-from rtm_lakebase.jvm_sink import build_jvm_writer, start_jvm_sink_query
-from rtm_lakebase.pg_statements import create_table_sql
+from rtm_lakebase.jvm.sink import build_jvm_writer, start_jvm_sink_query
+from rtm_lakebase.sink.statements import create_table_sql
 from tests.jvm_sink.conftest import query_error, require_password_auth, wait_until
 from tests.sink.helpers import make_table, table_rows
 
@@ -329,6 +330,25 @@ def test_bad_row_under_real_time_mode_stops_the_query_with_its_name(jvm_spark, p
     finally:
         query.stop()
     assert "row with key id=3 rejected at column name (character varying(20))" in message
+
+
+def test_a_failed_flush_fails_a_real_time_query_in_seconds_not_at_the_batch_end(jvm_spark, pg_dsn, pg_conn,
+                                                                                 table_name, checkpoint):
+    # The flusher interrupts the task thread: with a 5-minute long batch the query still fails at once.
+    make_table(pg_conn, table_name)
+    source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
+    query = start(source, pg_dsn, table_name, checkpoint, {"realTime": "5 minutes"}, max_retries=0)
+    try:
+        source.add([{"id": 1, "version": 1, "name": "x"}])
+        wait_for_rows(pg_conn, table_name, [(1, 1, "x")], query)
+        pg_conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table_name)))
+        started = time.monotonic()
+        source.add([{"id": 2, "version": 1, "name": "y"}])
+        message = query_error(query, timeout=60)  # fails the test if the query is still running
+        elapsed = time.monotonic() - started
+    finally:
+        query.stop()
+    assert elapsed < 60 and f'relation "{table_name}" does not exist' in message
 
 
 def test_setup_errors_name_the_table_and_columns(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):

@@ -12,8 +12,8 @@ import pytest
 
 from pack_lab.rtm_lab import RealTimeMemorySource
 from pack_lab.tcp_proxy import TcpProxy
-from rtm_lakebase.jvm_sink import jdbc_url, start_jvm_sink_query
-from rtm_lakebase.pg_connection import as_connection_settings
+from rtm_lakebase.jvm import jdbc_url, start_jvm_sink_query
+from rtm_lakebase.postgres import as_connection_settings
 from tests.jvm_sink.conftest import wait_until
 from tests.sink.helpers import make_table
 

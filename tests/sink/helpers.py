@@ -7,7 +7,7 @@ import time
 import psycopg
 from psycopg import sql
 
-from rtm_lakebase.pg_statements import create_table_sql
+from rtm_lakebase.sink.statements import create_table_sql
 
 
 def make_table(conn: psycopg.Connection, table: str, columns: dict[str, str] | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtm_lakebase.connection_budget import JVM_POOL_MAX_IDLE, check_connection_budget, sink_connections
+from rtm_lakebase.calc.connection_budget import JVM_POOL_MAX_IDLE, check_connection_budget, sink_connections
 
 
 def test_sink_connections_counts_reruns_and_the_jvm_pool():

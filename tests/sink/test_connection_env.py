@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from rtm_lakebase.pg_connection import ConnectionSettings, connect
+from rtm_lakebase.postgres.connection import ConnectionSettings, connect
 
 PASSWORD = "Env-Pw-Rk7Tq2Zc"
 LIBPQ_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE",
@@ -125,8 +125,8 @@ def test_settings_left_out_are_not_sent(monkeypatch):
 
 
 def test_bad_environment_fails_open_at_once_without_retries(monkeypatch):
-    from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
-    from rtm_lakebase.pg_connection import ConnectionSettingsError
+    from rtm_lakebase.postgres.connection import ConnectionSettingsError
+    from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
     monkeypatch.setenv("PGSSLMODE", "yes-please")
     writer = PostgresForeachWriter(ConnectionSettings(host="127.0.0.1", port=1),

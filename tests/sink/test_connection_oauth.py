@@ -1,4 +1,4 @@
-"""Lakebase OAuth through ``rtm_lakebase.lakebase_oauth.lakebase_token`` with a fake token source.
+"""Lakebase OAuth through ``rtm_lakebase.postgres.oauth.lakebase_token`` with a fake token source.
 
 The fake stands in for ``databricks.sdk.WorkspaceClient`` only: the provider's
 own code runs. Each credential it issues becomes the role's only valid
@@ -24,10 +24,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rtm_lakebase import lakebase_oauth
-from rtm_lakebase.lakebase_oauth import LakebaseOAuthError, lakebase_token
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
-from rtm_lakebase.pg_connection import ConnectionSettings
+from rtm_lakebase.postgres import oauth as oauth
+from rtm_lakebase.postgres.connection import ConnectionSettings
+from rtm_lakebase.postgres.oauth import LakebaseOAuthError, lakebase_token
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
 ENDPOINT = "projects/demo/branches/production/endpoints/primary"
 ADMIN_PASSWORD = "Admin-Pw-Vm3Kx8Qd"
@@ -63,7 +63,7 @@ class FakeTokenSource:
 @pytest.fixture
 def token_source(monkeypatch):
     source = FakeTokenSource()
-    monkeypatch.setattr(lakebase_oauth, "_client", source)
+    monkeypatch.setattr(oauth, "_client", source)
     return source
 
 
@@ -99,14 +99,14 @@ def test_provider_is_picklable_and_carries_no_token(token_source):
 
 
 def test_missing_sdk_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(lakebase_oauth, "_client", None)
+    monkeypatch.setattr(oauth, "_client", None)
     monkeypatch.setitem(sys.modules, "databricks.sdk", None)  # import fails as if not installed
     with pytest.raises(LakebaseOAuthError, match="databricks-sdk"):
         lakebase_token(ENDPOINT)
 
 
 def test_sdk_is_imported_lazily():
-    code = "import sys, rtm_lakebase.lakebase_oauth, rtm_lakebase.pg_connection; print('databricks' in sys.modules)"
+    code = "import sys, rtm_lakebase.postgres.oauth, rtm_lakebase.postgres.connection; print('databricks' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -123,7 +123,7 @@ def test_argument_and_sdk_errors(monkeypatch):
             def generate_database_credential(**kwargs):
                 raise PermissionError("caller lacks CAN_USE on the project")
 
-    monkeypatch.setattr(lakebase_oauth, "_client", Failing())
+    monkeypatch.setattr(oauth, "_client", Failing())
     with pytest.raises(LakebaseOAuthError, match="CAN_USE") as info:
         lakebase_token(ENDPOINT)
     assert ENDPOINT in str(info.value) and info.value.__cause__ is None
@@ -154,7 +154,7 @@ def test_reconnect_after_expiry_logs_in_with_a_new_token(pg_server, monkeypatch,
             conn.execute(sql.SQL("ALTER ROLE sink_sp PASSWORD {}").format(sql.Literal(token)))
 
     source = FakeTokenSource(on_issue=make_only_valid_password)
-    monkeypatch.setattr(lakebase_oauth, "_client", source)
+    monkeypatch.setattr(oauth, "_client", source)
     caplog.set_level(logging.DEBUG)
     settings = ConnectionSettings.from_dsn(pg_server.dsn, user="sink_sp",
                                            password_provider=functools.partial(lakebase_token, ENDPOINT))
@@ -188,7 +188,7 @@ def test_reconnect_after_expiry_logs_in_with_a_new_token(pg_server, monkeypatch,
 def test_a_refused_token_never_shows_in_the_error(pg_server, monkeypatch, caplog):
     _switch_to_password_logins(pg_server)
     source = FakeTokenSource()  # its tokens are never made valid: every login is refused
-    monkeypatch.setattr(lakebase_oauth, "_client", source)
+    monkeypatch.setattr(oauth, "_client", source)
     caplog.set_level(logging.DEBUG)
     settings = ConnectionSettings.from_dsn(pg_server.dsn, user="sink_sp",
                                            password_provider=functools.partial(lakebase_token, ENDPOINT))
@@ -217,7 +217,7 @@ def test_a_failing_token_source_fails_open_at_once(monkeypatch):
             def generate_database_credential(**kwargs):
                 raise TimeoutError("workspace unreachable after the SDK's own retries")
 
-    monkeypatch.setattr(lakebase_oauth, "_client", Down())
+    monkeypatch.setattr(oauth, "_client", Down())
     settings = ConnectionSettings(host="127.0.0.1", port=1, user="sp",
                                   password_provider=functools.partial(lakebase_token, ENDPOINT))
     writer = PostgresForeachWriter(settings, SinkSettings(table="t", max_retries=5, backoff_initial_ms=1000))
@@ -232,7 +232,7 @@ def test_no_databricks_authentication_is_a_clear_error(monkeypatch):
     def no_auth():
         raise ValueError("default auth: cannot configure default credentials")
 
-    monkeypatch.setattr(lakebase_oauth, "_client", None)
+    monkeypatch.setattr(oauth, "_client", None)
     monkeypatch.setattr(databricks.sdk, "WorkspaceClient", no_auth)
     with pytest.raises(LakebaseOAuthError, match="no usable authentication.*default credentials"):
         lakebase_token(ENDPOINT)

@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from pack_lab.local_postgres import free_port
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings
-from rtm_lakebase.pg_connection import (
+from rtm_lakebase.postgres.connection import (
     ConnectionSettings,
     ConnectionSettingsError,
     as_connection_settings,
     connect,
     parse_dsn,
 )
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
 SECRET = "Zq8Xv2Lk-Wm4Pt"  # distinctive: no 5-letter run of it occurs in normal text
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from rtm_lakebase.pg_connection import ConnectionSettings, ConnectionSettingsError
+from rtm_lakebase.postgres.connection import ConnectionSettings, ConnectionSettingsError
 
 LIBPQ_SERVER_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGSSLMODE", "PGSERVICE", "PGSERVICEFILE",
                      "PGSYSCONFDIR", "PGCONNECT_TIMEOUT", "PGDATABASE", "PGUSER", "PGPASSWORD")

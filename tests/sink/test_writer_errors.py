@@ -15,8 +15,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkError, SinkSettings
-from rtm_lakebase.pg_connection import ConnectionSettings
+from rtm_lakebase.postgres.connection import ConnectionSettings
+from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkError, SinkSettings
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres
@@ -62,7 +62,7 @@ class Failure:  # names for the parametrize table; compared by value with sink_e
     (RuntimeError("unrelated"), False, Failure.PERMANENT),
 ])
 def test_classify_by_what_retrying_can_change(error, connecting, expected):
-    from rtm_lakebase.sink_errors import classify
+    from rtm_lakebase.sink.errors import classify
 
     assert classify(error, connecting=connecting).value == expected
 

@@ -12,9 +12,9 @@ import pytest
 from psycopg import sql
 
 from pack_lab.local_postgres import free_port
-from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkConnectionError, SinkSettings
-from rtm_lakebase.pg_connection import ConnectionSettings
-from rtm_lakebase.pg_statements import create_table_sql
+from rtm_lakebase.postgres.connection import ConnectionSettings
+from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkConnectionError, SinkSettings
+from rtm_lakebase.sink.statements import create_table_sql
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres

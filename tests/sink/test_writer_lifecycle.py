@@ -8,11 +8,12 @@ exception; the flusher thread never dies silently, whatever fails in it.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkError, SinkSettings
-from rtm_lakebase.sink_metrics import SinkMetrics
+from rtm_lakebase.sink import PostgresForeachWriter, SinkError, SinkSettings
+from rtm_lakebase.sink.metrics import SinkMetrics
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres
@@ -106,3 +107,21 @@ def test_close_with_error_while_a_flush_is_running_leaves_no_thread(pg_dsn, pg_c
     assert not [t for t in threading.enumerate() if t.name.startswith("pg-sink-flusher") and t.is_alive()]
     written = len(table_rows(pg_conn, table_name))
     assert written in (0, 50, 100)  # whole flushes only
+
+
+def test_a_flush_that_fails_is_logged_at_error_at_once_without_waiting_for_rows(pg_dsn, pg_conn, table_name,
+                                                                                caplog):
+    # Spark's Python foreach reports the error only when the long batch ends: this line is the prompt signal.
+    make_table(pg_conn, table_name)
+    w = writer(pg_dsn, table_name, max_dwell_ms=20)
+    w.open(0, 0)
+    with caplog.at_level("ERROR", logger="rtm_lakebase"):
+        w.process(row(1))
+        pg_conn.execute(f'DROP TABLE "{table_name}"')
+        w.process(row(2))  # buffered before the timer flush fails (no later row, no close())
+        deadline = time.monotonic() + 10
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert caplog.records and caplog.records[0].levelname == "ERROR"
+    assert "flush failed" in caplog.text and "does not exist" in caplog.text
+    w.close(RuntimeError("task failed"))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row
 
-from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkSettings
+from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkSettings
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres

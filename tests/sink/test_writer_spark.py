@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
-from rtm_lakebase.lakebase_sink import PostgresForeachWriter, SinkSettings, start_upsert_query
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings, start_upsert_query
 from tests.sink.helpers import CrashingWriter, make_table, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rtm_lakebase.lakebase_sink import BadRowError, PostgresForeachWriter, SinkSettings
+from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkSettings
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = pytest.mark.postgres
@@ -164,7 +164,7 @@ def test_generated_values_are_written_or_named_never_raw(pg_dsn, pg_conn, values
 
 
 def test_value_checks_name_the_first_bad_value_without_postgres():
-    from rtm_lakebase.sink_rows import ValueChecks
+    from rtm_lakebase.sink.rows import ValueChecks
 
     checks = ValueChecks(("id", "v", "t"), ("bigint", "double precision", "text"), ordered=(0, 1))
     assert checks.first_problem([[1, 2], [1.0, 2], ["a", None]]) is None

@@ -162,6 +162,12 @@ CASES: dict[str, tuple] = {
                _py('agg = df.groupBy(window("ts", "5 minutes")).count()\nagg.writeStream.foreach(w)' + RT + '\n')),
     "RTM009": (_py('static = spark.read.table("dim")\nstream.join(static, "id").writeStream.foreach(w)' + RT + '\n'),
                _py('static = spark.read.table("dim")\nstream.join(broadcast(static), "id").writeStream.foreach(w)' + RT + '\n')),
+    "LBS001": (_py('opts = {"endpoint": "p.b.e", "dbtable": "s.t", "url": "jdbc:x"}\nw = df.writeStream.format("postgresql").options(**opts)\nw.outputMode("update").trigger(realTime="5 minutes").start()\n'),
+               _py('opts = {"endpoint": "p.b.e", "dbtable": "s.t", "upsertkey": "id"}\nw = df.writeStream.format("postgresql").options(**opts)\nw.outputMode("update").trigger(realTime="5 minutes").start()\n')),
+    "LBS002": (_py('df.writeStream.format("postgresql").option("database", "d").outputMode("update").trigger(realTime="5 minutes").start()\n'),
+               _py('df.writeStream.format("postgresql").outputMode("update").trigger(realTime="5 minutes").toTable("c.s.t")\n')),
+    "LBS003": (_py('iv = "100 ms"\ndf.writeStream.format("postgresql").option("endpoint", "p.b.e").option("dbtable", "s.t").option("batchinterval", iv).outputMode("update").trigger(realTime="5 minutes").start()\n'),
+               _py('iv = "100 milliseconds"\ndf.writeStream.format("postgresql").option("endpoint", "p.b.e").option("dbtable", "s.t").option("batchinterval", iv).outputMode("update").trigger(realTime="5 minutes").start()\n')),
     "SINK001": (_py('''
         class Writer:
             def open(self, partition_id, epoch_id):

@@ -27,6 +27,36 @@ def _plugin(rel: str = ".claude-plugin/plugin.json", raw: str | None = None, **c
     return apply
 
 
+PLUGIN_TABLE = """
+[tool.skill.plugin]
+display-name = "Mini skill"
+description = "A small pack used by the validator tests."
+short-description = "A small pack for the validator tests"
+author = "mini maintainers"
+license = "Apache-2.0"
+category = "development"
+keywords = ["mini"]
+"""
+
+
+def _marketplace(source: str = "./plugins/mini-skill", build: bool = True, root_plugin: bool = False):
+    """A Claude Code marketplace naming ``source``; ``build`` generates plugins/mini-skill/ with package.py."""
+    def apply(root: Path) -> None:
+        from skillcheck.package import build_plugin
+
+        _plugin()(root) if root_plugin else _plugin(".claude-plugin/unused.json")(root)
+        (root / ".claude-plugin" / "unused.json").unlink(missing_ok=True)
+        with (root / "pyproject.toml").open("a") as f:
+            f.write(PLUGIN_TABLE)
+        market = {"name": "mini-skill", "owner": {"name": "mini maintainers"},
+                  "plugins": [{"name": "mini-skill", "source": source}]}
+        (root / ".claude-plugin" / "marketplace.json").write_text(json.dumps(market, indent=2) + "\n")
+        if build:
+            build_plugin(root)
+        write_manifest(root)
+    return apply
+
+
 def _second_skill(root: Path) -> None:
     _plugin()(root)
     (root / "examples" / "nested").mkdir(parents=True, exist_ok=True)
@@ -48,6 +78,12 @@ PLUGIN_CASES: dict[str, tuple] = {
     "PLUG004": (_plugin(version="9.9.9"), _plugin()),
     "PLUG005": (_plugin(skills=["./nowhere"]), _plugin(skills=["./"])),
     "PLUG006": (_second_skill, _plugin()),
+    # The generated plugin folder: missing (or stale) versus built by package.
+    "PLUG007": (_marketplace(build=False), _marketplace()),
+    # Codex ignores a skills path equal to the plugin root; "./skills/" in the generated folder is read.
+    "PLUG008": (_plugin(".codex-plugin/plugin.json", skills="./"), _marketplace()),
+    # The marketplace names the whole pack (pyproject.toml, references/ ... copied into the client's cache).
+    "PLUG009": (_marketplace(source="./", build=False, root_plugin=True), _marketplace()),
     # A root-absolute link resolves in the pack but not in the installed folder.
     "PKG001": (lambda r: add_prose(r, "See [the project file](/pyproject.toml)."),
                lambda r: add_prose(r, "See [the guide](guide.md).")),

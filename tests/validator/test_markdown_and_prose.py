@@ -5,9 +5,9 @@ from __future__ import annotations
 import markdown
 import pytest
 
+from rtm_lakebase.check.rules.prose import check_text
 from skillcheck.anchors import anchors
 from skillcheck.markdown import parse
-from skillcheck.rules.prose import check_text
 from tests.validator.packbuilder import REPO
 
 HEADINGS = [

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
+from rtm_lakebase.check.rules.realtime import parse_duration
 from skillcheck.codeblocks import check_python_source
-from skillcheck.rules.realtime import parse_duration
 
 
 def found(code: str) -> list[tuple[str, int]]:

@@ -12,20 +12,21 @@ HELP = "grade eval answers (eval grade DIR), or run an assistant with and withou
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run}")
     g = sub.add_parser("grade", help="grade a folder of answers (DIR/<task name>/) against evals/evals.json")
-    g.add_argument("dir", help="folder holding one sub-folder per task")
+    g.add_argument("dir", help="folder holding one sub-folder per task, or a run folder <arm>/<trial>/<task>/")
+    g.add_argument("--skill-commit", help="the commit of the skill the answers were made with (written into the comparison)")
     _common(g)
-    r = sub.add_parser("run", help="run an assistant once with the skill installed and once without; grade both")
-    r.add_argument("--agent", required=True,
+    r = sub.add_parser("run", help="write prompt folders for both arms and N trials; with --agent also run it and grade")
+    r.add_argument("--agent",
                    help='command line with {prompt_file} and {answer_dir}, e.g. "claude -p --dangerously-skip-permissions '
                         '\\"$(cat {prompt_file})\\""; it runs with HOME set to a temporary home and the answer folder as cwd')
     r.add_argument("--timeout", type=float, default=900.0, help="seconds per task and agent run (default 900)")
-    r.add_argument("--keep", metavar="DIR", help="keep homes, prompts and answers under DIR (default: a temporary folder)")
+    r.add_argument("--trials", type=int, default=1, help="trials per arm and task (default 1)")
     _common(r)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", help="comma-separated task names (default: all)")
-    p.add_argument("--out", help="folder for report.json and report.md (default: DIR/_report for grade, the run folder for run)")
+    p.add_argument("--out", help="grade: folder for the reports (default DIR/_report); run: the run folder (required)")
     p.add_argument("--evals", help="evals.json to use (default: evals/evals.json)")
     p.add_argument("--format", choices=("text", "json"), default="text")
 
@@ -52,22 +53,38 @@ def run(args: argparse.Namespace) -> int:
 
     if args.eval_command == "grade":
         from ..evals.grade import grade_dir, markdown, write_reports
+        from ..evals.run import grade_run
+        from ..evals.trials import is_trial_layout, markdown_table
 
         folder = Path(args.dir)
         if not folder.is_dir():
             raise UsageError(f"{args.dir}: not a folder of answers")
+        if is_trial_layout(folder):
+            result = grade_run(folder, tasks, only, log=_log, skill_commit=args.skill_commit)
+            print(json.dumps(result, indent=2) if args.format == "json" else
+                  markdown_table(result, args.skill_commit) + f"\nreports: {' '.join(result['files'])}")
+            return 0
         report = grade_dir(folder, tasks, only, log=_log)
         j, m = write_reports(report, Path(args.out) if args.out else folder / "_report")
         print(json.dumps(report, indent=2) if args.format == "json" else markdown(report) + f"\nreports: {j} {m}")
         return 0 if report["summary"]["passed"] == report["summary"]["tasks"] else 1
 
-    from ..evals.run import AgentUnavailable, run_both
+    from ..evals.run import AgentUnavailable, run_trials
+    from ..evals.trials import markdown_table
 
+    if not args.out:
+        raise UsageError("eval run needs --out DIR (the run folder: skill, prompts, answers, reports)")
+    if args.trials < 1:
+        raise UsageError("--trials must be at least 1")
     try:
-        result = run_both(args.agent, tasks, only, timeout=args.timeout, keep=Path(args.keep) if args.keep else None,
-                          out=Path(args.out) if args.out else None, log=_log)
+        result = run_trials(args.agent, tasks, only, args.trials, Path(args.out), timeout=args.timeout, log=_log)
     except AgentUnavailable as exc:
         print(f"skills.py eval run: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result["summary"], indent=2) if args.format == "json" else result["text"])
+    if result.get("prepared"):
+        print(f"prepared {result['jobs']} prompts in {result['out']}/prompts/<arm>/<trial>/<task>.md; answers go to "
+              f"{result['out']}/<arm>/<trial>/<task>/; the packaged skill is {result['skill_dir']}.\n"
+              f"Then: scripts/skills.py eval grade {result['out']}")
+        return 0
+    print(json.dumps(result, indent=2) if args.format == "json" else markdown_table(result))
     return 0

@@ -2,8 +2,9 @@
 
 What it writes, in order: reference excerpts (fences after ``<!-- excerpt: ... -->``),
 the blocks between ``<!-- generated:NAME -->`` markers (see
-:mod:`skillcheck.generated`), then manifest.json (it hashes the files above).
-``validate`` reports the same things as findings (EXC003, GEN001, MAN004).
+:mod:`skillcheck.generated`), then manifest.json (it hashes the files above), then the
+plugin folder ``plugins/<install-name>/`` when the pack has one (the skill as ``package`` builds it).
+``validate`` reports the same things as findings (EXC003, GEN001, MAN004, PLUG007).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..manifest import MANIFEST, PackError, check_manifest, write_manifest
+    from ..package import PLUGINS_DIR, PackageError, build_plugin, check_plugin_drift
     from ..regenerate import regenerate_markdown
 
     root = root_of(args)
@@ -31,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         print(f.text())
     if args.check:
         stale = [f for f in check_manifest(root) if f.code in ("MAN001", "MAN004")]
+        stale += [] if changed else check_plugin_drift(root)  # stale Markdown makes the plugin stale too
         for rel in changed:
             print(f"{rel}:1:1 GEN001 generated content is stale; run `python scripts/skills.py generate`")
         for f in stale:
@@ -49,4 +52,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"FAILED: {MANIFEST} not written")
         return 1
     print(f"wrote {path.relative_to(root)}")
+    if check_plugin_drift(root):
+        try:
+            plugin = build_plugin(root, root / PLUGINS_DIR)
+        except (PackageError, OSError) as exc:
+            print(f"FAILED: {PLUGINS_DIR}/ not written: {exc}")
+            return 1
+        print(f"wrote {plugin.relative_to(root)}/")
     return 1 if problems else 0

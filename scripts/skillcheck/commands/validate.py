@@ -16,7 +16,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..findings import render
+    from rtm_lakebase.check.findings import render
+
     from ..validate import validate_pack
 
     findings, checked = validate_pack(root_of(args), external=not args.no_external)

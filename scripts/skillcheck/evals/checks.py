@@ -2,7 +2,7 @@
 
 Every check takes ``(answer: Answer, spec: dict)`` and returns a
 :class:`Outcome`; the first failing one is a task's verdict. Code checks use
-the same rule engine as ``skills.py check`` (:mod:`skillcheck.usercheck`),
+the same rule engine as ``skills.py check`` (:mod:`rtm_lakebase.check`),
 not a second copy of the rules.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..findings import Finding
-from ..limits import MAX_FILE_BYTES
-from ..rules.flow import Flow
-from ..usercheck import check_file
+from rtm_lakebase.check.files import check_file
+from rtm_lakebase.check.findings import Finding
+from rtm_lakebase.check.limits import MAX_FILE_BYTES
+from rtm_lakebase.check.rules.flow import Flow
 
 MAX_ANSWER_FILES = 20
 
@@ -118,10 +118,14 @@ def interface(answer: Answer, spec: dict) -> Outcome:
 
 
 def rules(answer: Answer, spec: dict) -> Outcome:
-    """The answer's .py/.md files pass ``skills.py check`` (the pack's rule engine)."""
+    """The answer's code files pass ``skills.py check`` (the pack's rule engine).
+
+    Only runnable code (.py, .ipynb) by default: code blocks inside an explanation (answer.md) are sketches and
+    are checked only when the task names the .md file in ``files`` (it asks for runnable code there).
+    """
     found: list[Finding] = []
     for name in spec.get("files") or sorted(p.name for p in answer.folder.iterdir()
-                                            if p.suffix in (".py", ".md", ".ipynb")):
+                                            if p.suffix in (".py", ".ipynb")):
         if answer.exists(name):
             found += [f for f in check_file(answer.folder, name, name) if f.code not in spec.get("ignore", ())]
     if found:
@@ -260,8 +264,12 @@ def numbers(answer: Answer, spec: dict) -> Outcome:
     tol = float(spec.get("tolerance", 0))
     for key, value in want.items():
         got = data.get(key)
-        if isinstance(value, bool) or isinstance(value, str):
-            ok = got == value
+        if isinstance(value, bool):
+            ok = got is value
+        elif isinstance(value, str):
+            ok = got is not None and not isinstance(got, bool) and str(got).strip().lower() == value.lower()
+        elif isinstance(value, list):
+            ok = isinstance(got, list) and sorted(str(g).strip().upper() for g in got) == sorted(value)
         else:
             ok = isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - value) <= tol
         if not ok:

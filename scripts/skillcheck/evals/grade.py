@@ -2,15 +2,15 @@
 
 Each task lists its checks in order; a task passes when all pass, and its
 report names the first failing check with its evidence. Check kinds:
-static ones (:mod:`checks`), ``run`` (a child-process driver against a real
-Postgres) and ``spark`` (the task's query on the local real-time lab).
+static ones (:mod:`checks`), ``run`` (a sandboxed child-process driver, with a
+throwaway Postgres inside the sandbox where needed) and ``spark`` (the task's
+query shape and rows on a sandboxed local real-time lab, many answers per session).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -60,31 +60,10 @@ def load_tasks(path: Path = EVALS_FILE) -> dict:
 class Context:
     """Shared resources of one grading run: created on first use, closed at the end."""
 
-    pg_dsn: str | None = None
-    spark: object | None = None
     log: Callable[[str], None] = lambda _m: None
+    spark_results: dict = field(default_factory=dict)  # (driver, answer folder) -> (passed, evidence), prefetched
     _stack: ExitStack = field(default_factory=ExitStack)
     _tmp: Path | None = None
-
-    def dsn(self) -> str:
-        if self.pg_dsn is None:
-            sys.path.insert(0, str(ROOT))
-            from pack_lab.local_postgres import postgres_dsn
-
-            self.log("starting Postgres (PG_DSN or a throwaway server)")
-            self.pg_dsn = self._stack.enter_context(postgres_dsn())
-        return self.pg_dsn
-
-    def session(self):
-        if self.spark is None:
-            sys.path.insert(0, str(ROOT))
-            from pack_lab.rtm_lab import build_session
-
-            self.log("starting the local real-time Spark lab (about 15 s)")
-            self.spark = build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals")
-            self.spark.sparkContext.setLogLevel("ERROR")  # the report is the output; Spark's warnings are noise
-            self._stack.callback(self.spark.stop)
-        return self.spark
 
     def workdir(self) -> Path:
         if self._tmp is None:
@@ -102,27 +81,23 @@ def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
         if kind in STATIC:
             out = STATIC[kind](answer, check)
             return Outcome(label, out.passed, out.evidence)
-        if kind == "run":
+        if kind in ("run", "spark"):
+            # Every check that executes the answer runs it sandboxed in a child (drive.run_child); a Spark check
+            # starts its own local lab session there (about 10 s), so no answer shares the grader's process.
             from .drive import run_child
+            from .sandbox import SandboxUnavailable
 
             try:
-                dsn = ctx.dsn() if check.get("postgres") else ""
-            except Exception as exc:
-                return Outcome(label, False, f"grader error (answer not judged): no Postgres: {str(exc)[:200]}", error=True)
-            ok, evidence = run_child(check["driver"], answer.folder, dsn)
+                key = (check["driver"], str(answer.folder.resolve()))
+                if kind == "spark" and key not in ctx.spark_results:
+                    prefetch_spark(ctx, [(check["driver"], answer.folder)])
+                if kind == "spark":
+                    ok, evidence = ctx.spark_results[key]
+                else:
+                    ok, evidence = run_child(check["driver"], answer.folder, timeout=float(check.get("timeout", 240)))
+            except SandboxUnavailable as exc:
+                return Outcome(label, False, f"grader error (answer not judged): {exc}", error=True)
             return Outcome(label, ok, evidence)
-        if kind == "spark":
-            from .drive import SPARK_DRIVERS, CheckFailed
-
-            try:
-                session = ctx.session()
-            except Exception as exc:
-                return Outcome(label, False, f"grader error (answer not judged): no Spark lab: {str(exc)[:200]}", error=True)
-            try:
-                SPARK_DRIVERS[check["driver"]](answer.folder, session, ctx.workdir())
-            except CheckFailed as exc:
-                return Outcome(label, False, str(exc))
-            return Outcome(label, True)
     except Exception as exc:  # an answer's code raising inside an in-process driver is a failed check
         from .drive import GraderUnavailable
 
@@ -130,6 +105,27 @@ def run_check(check: dict, answer: Answer, ctx: Context) -> Outcome:
             return Outcome(label, False, f"grader error (answer not judged): {str(exc)[:300]}", error=True)
         return Outcome(label, False, f"{type(exc).__name__}: {str(exc)[:300]}")
     return Outcome(label, False, f"unknown check kind {kind}")
+
+
+def prefetch_spark(ctx: Context, jobs: list[tuple[str, Path]]) -> None:
+    """Run these Spark checks in one sandboxed lab session and keep their verdicts for :func:`run_check`."""
+    from .drive import run_spark_batch
+
+    todo = [(d, f) for d, f in dict.fromkeys((d, Path(f)) for d, f in jobs) if (d, str(f.resolve())) not in ctx.spark_results]
+    if todo:
+        for (d, f), verdict in zip(todo, run_spark_batch(todo, log=ctx.log), strict=True):
+            ctx.spark_results[(d, str(f.resolve()))] = verdict
+
+
+def spark_jobs(task: dict, answer_dir: Path) -> list[tuple[str, Path]]:
+    """The Spark checks of a task worth running for this answer (its interface check passes)."""
+    checks = [c for c in task["checks"] if c["kind"] == "spark"]
+    if not checks or not answer_dir.is_dir():
+        return []
+    first = task["checks"][0]
+    if first["kind"] == "interface" and not STATIC["interface"](Answer(answer_dir), first).passed:
+        return []
+    return [(c["driver"], answer_dir) for c in checks]
 
 
 def grade_task(task: dict, answer_dir: Path, ctx: Context) -> dict:
@@ -157,6 +153,13 @@ def grade_dir(folder: Path, tasks: dict, only: list[str] | None = None, ctx: Con
     ctx = ctx or Context(log=log)
     results = []
     try:
+        selected = [t for t in tasks["evals"] if not only or t["name"] in only]
+        jobs = [j for t in selected for j in spark_jobs(t, folder / t["name"])]
+        if jobs:
+            try:
+                prefetch_spark(ctx, jobs)
+            except Exception as exc:  # no sandbox / no Spark: each task reports it as a grader error
+                log(f"Spark checks not prefetched: {str(exc)[:200]}")
         for task in tasks["evals"]:
             if only and task["name"] not in only:
                 continue

@@ -12,6 +12,7 @@ pack's evals/ folder (reference answers) is never part of it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -22,10 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .grade import ROOT, Context, grade_dir, markdown, write_reports
+from .grade import ROOT, Context, grade_dir, write_reports
 
 SKILL_HOMES = (".claude/skills", ".agents/skills", ".codex/skills")
-ARMS = ("with_skill", "without_skill")
+from .trials import ARMS
+
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
 
 
@@ -84,95 +86,122 @@ def check_agent(template: str) -> None:
                                "or pass another --agent")
 
 
-def run_arm(arm: str, template: str, tasks: list[dict], base: Path, skill_name: str, timeout: float,
-            log: Callable[[str], None]) -> Path:
-    home = base / arm / "home"
-    home.mkdir(parents=True)
-    if arm == "with_skill":
-        install_skill(home, skill_name)
-    answers = base / arm / "answers"
-    prompts = base / arm / "prompts"
-    prompts.mkdir(parents=True)
+NOTES = ("When you are done, write NOTES.md in the same folder: the files, pages and searches you consulted, "
+         "one per line (paths as you opened them).")
+
+
+def arm_prompt(task: dict, answer_dir: Path, arm: str, skill_dir: Path | None) -> str:
+    text = prompt_text(task, answer_dir)
+    if arm == ARMS[0] and skill_dir is not None:
+        text += (f"\nAn agent skill is installed at {skill_dir} (read-only): its SKILL.md says when it applies "
+                 "and what to read.\n")
+    return text + "\n" + NOTES + "\n"
+
+
+def prepare(out: Path, tasks: list[dict], trials: int, skill_name: str) -> dict:
+    """Write the run folder: the packaged skill, one prompt per (arm, trial, task), empty answer folders."""
+    from ..package import build_package
+
+    skill_dir = out / "skill" / skill_name
+    if not skill_dir.exists():
+        with tempfile.TemporaryDirectory(prefix="rtm-evals-pkg-") as tmp:
+            folder, _zip = build_package(ROOT, Path(tmp))
+            shutil.copytree(folder, skill_dir, symlinks=False)
+        for p in [skill_dir, *skill_dir.rglob("*")]:  # read-only for the assistant
+            p.chmod(0o555 if p.is_dir() else 0o444)
+    jobs = []
+    for arm in ARMS:
+        for trial in range(1, trials + 1):
+            for task in tasks:
+                answer_dir = (out / arm / str(trial) / task["name"]).resolve()
+                answer_dir.mkdir(parents=True, exist_ok=True)
+                prompt_file = out / "prompts" / arm / str(trial) / f"{task['name']}.md"
+                prompt_file.parent.mkdir(parents=True, exist_ok=True)
+                prompt_file.write_text(arm_prompt(task, answer_dir, arm, skill_dir.resolve()), encoding="utf-8")
+                jobs.append({"arm": arm, "trial": trial, "task": task["name"], "prompt": str(prompt_file),
+                             "answer_dir": str(answer_dir)})
+    (out / "jobs.json").write_text(json.dumps(jobs, indent=1) + "\n", encoding="utf-8")
+    return {"skill_dir": skill_dir, "jobs": jobs}
+
+
+def run_agent(template: str, job: dict, home: Path, timeout: float) -> tuple[int | None, str]:
     env = dict(os.environ, HOME=str(home))
     env.pop("PYTHONPATH", None)
-    for k, task in enumerate(tasks, 1):
-        answer_dir = answers / task["name"]
-        answer_dir.mkdir(parents=True)
-        prompt_file = prompts / f"{task['name']}.md"
-        prompt_file.write_text(prompt_text(task, answer_dir), encoding="utf-8")
+    answer_dir, prompt_file = Path(job["answer_dir"]), Path(job["prompt"])
+    try:
+        proc = subprocess.run(_fill(template, prompt_file, answer_dir), shell=True, cwd=answer_dir, env=env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+
+
+def run_trials(template: str | None, tasks: dict, only: list[str] | None, trials: int, out: Path,
+               timeout: float = 900.0, log: Callable[[str], None] = lambda _m: None) -> dict:
+    """Prepare the run folder; with an assistant command, run every job and grade both arms."""
+    if template is not None:
+        check_agent(template)
+    selected = [t for t in tasks["evals"] if not only or t["name"] in only]
+    out.mkdir(parents=True, exist_ok=True)
+    prep = prepare(out, selected, trials, tasks["skill_name"])
+    if template is None:
+        return {"prepared": True, "out": str(out), "jobs": len(prep["jobs"]), "skill_dir": str(prep["skill_dir"])}
+    homes = {}
+    for arm in ARMS:
+        home = out / "_homes" / arm
+        if not home.exists():
+            home.mkdir(parents=True)
+            if arm == ARMS[0]:
+                for sub in SKILL_HOMES:
+                    (home / sub).mkdir(parents=True)
+                    (home / sub / tasks["skill_name"]).symlink_to(prep["skill_dir"].resolve(), target_is_directory=True)
+        homes[arm] = home
+    for k, job in enumerate(prep["jobs"], 1):
         started = time.monotonic()
-        try:
-            proc = subprocess.run(_fill(template, prompt_file, answer_dir), shell=True, cwd=answer_dir, env=env,
-                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-            code, err = proc.returncode, proc.stderr
-        except subprocess.TimeoutExpired:
-            code, err = None, f"timed out after {timeout:.0f} s"
-        (base / arm / f"{task['name']}.log").write_text(f"exit {code}\n{err}", encoding="utf-8")
-        wrote = any(answer_dir.iterdir())
-        log(f"{arm} {k}/{len(tasks)} {task['name']}: exit {code}, {'files written' if wrote else 'no files'}, "
-            f"{time.monotonic() - started:.0f} s")
-        if k == 1 and arm == ARMS[0] and code != 0 and not wrote:
+        code, err = run_agent(template, job, homes[job["arm"]], timeout)
+        logfile = out / "_logs" / job["arm"] / str(job["trial"]) / f"{job['task']}.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        logfile.write_text(f"exit {code}\n{err}", encoding="utf-8")
+        wrote = any(Path(job["answer_dir"]).iterdir())
+        log(f"{job['arm']} trial {job['trial']} {k}/{len(prep['jobs'])} {job['task']}: exit {code}, "
+            f"{'files written' if wrote else 'no files'}, {time.monotonic() - started:.0f} s")
+        if k == 1 and code != 0 and not wrote:
             tail = (err or "").strip().splitlines()[-1:] or ["no error output"]
             raise AgentUnavailable(
                 f"the assistant failed on the first task (exit {code}): {tail[0][:200]}. It must run "
                 "non-interactively, be logged in through environment variables (HOME is a temporary folder) and "
                 "reach its service over the network; nothing was graded.")
-    return answers
+    return grade_run(out, tasks, only, log=log)
 
 
-def run_both(template: str, tasks: dict, only: list[str] | None, timeout: float = 900.0, keep: Path | None = None,
-             out: Path | None = None, log: Callable[[str], None] = lambda _m: None) -> dict:
-    check_agent(template)
-    selected = [t for t in tasks["evals"] if not only or t["name"] in only]
-    base = Path(tempfile.mkdtemp(prefix="rtm-evals-run-", dir=keep)) if keep else Path(tempfile.mkdtemp(prefix="rtm-evals-run-"))
-    cleanup = keep is None and out is None
+def grade_run(folder: Path, tasks: dict, only: list[str] | None = None, log: Callable[[str], None] = lambda _m: None,
+              skill_commit: str | None = None) -> dict:
+    """Grade every ``<arm>/<trial>/`` folder; write per-trial reports and the comparison (JSON + Markdown)."""
+    from .trials import ARMS as T_ARMS
+    from .trials import compare_trials, skill_read, trial_folders, write_comparison
+
+    reports: dict[str, list[dict]] = {}
+    read: dict[str, dict] = {}
+    if only is None:  # the tasks the run folder holds answer folders for
+        present = {p.name for dirs in trial_folders(folder).values() for d in dirs for p in d.iterdir() if p.is_dir()}
+        only = [t["name"] for t in tasks["evals"] if t["name"] in present]
+    ctx = Context(log=log)
     try:
-        answers = {arm: run_arm(arm, template, selected, base, tasks["skill_name"], timeout, log) for arm in ARMS}
-        ctx = Context(log=log)
-        try:
-            reports = {arm: grade_dir(answers[arm], tasks, only, ctx=ctx, log=log) for arm in ARMS}
-        finally:
-            ctx.close()
-        target = out or (base if not cleanup else None)
-        if target is not None:
-            for arm in ARMS:
-                write_reports(reports[arm], Path(target) / arm)
-        result = compare(reports)
-        if target is not None:
-            import json
-
-            (Path(target) / "comparison.json").write_text(json.dumps(result["summary"], indent=2) + "\n", encoding="utf-8")
-            (Path(target) / "comparison.md").write_text(result["text"] + "\n", encoding="utf-8")
-            result["text"] += f"\nreports: {target}"
-        return result
+        for arm, trial_dirs in trial_folders(folder).items():
+            reports[arm] = []
+            for tdir in trial_dirs:
+                log(f"grading {arm} trial {tdir.name}")
+                r = grade_dir(tdir, tasks, only, ctx=ctx, log=log)
+                r["trial"] = tdir.name
+                write_reports(r, folder / "_report" / arm / tdir.name)
+                reports[arm].append(r)
+                if arm == T_ARMS[0]:
+                    read[arm] = read.get(arm, {})
+                    for t in r["tasks"]:
+                        read[arm][(t["name"], tdir.name)] = skill_read(tdir / t["name"])
     finally:
-        if cleanup:
-            shutil.rmtree(base, ignore_errors=True)
-
-
-def compare(reports: dict) -> dict:
-    w, wo = reports["with_skill"], reports["without_skill"]
-    by_name = {r["name"]: r for r in wo["tasks"]}
-    rows = []
-    for r in w["tasks"]:
-        o = by_name[r["name"]]
-        rows.append({"name": r["name"], "category": r["category"], "with_skill": _verdict(r), "without_skill": _verdict(o)})
-    rate_w, rate_wo = w["summary"]["pass_rate"], wo["summary"]["pass_rate"]
-    summary = {"tasks": len(rows), "with_skill": {"passed": w["summary"]["passed"], "pass_rate": rate_w},
-               "without_skill": {"passed": wo["summary"]["passed"], "pass_rate": rate_wo},
-               "difference_points": round((rate_w - rate_wo) * 100, 1), "per_task": rows}
-    width = max([len(r["name"]) for r in rows] + [9])
-    lines = [f"{'task':<{width}}  {'with skill':<28}  without skill", f"{'-' * width}  {'-' * 28}  {'-' * 28}"]
-    for r in rows:
-        lines.append(f"{r['name']:<{width}}  {r['with_skill']:<28}  {r['without_skill']}")
-    rate_w_text = f"{w['summary']['passed']}/{len(rows)} = {rate_w:.0%}"
-    lines.append(f"{'pass rate':<{width}}  {rate_w_text:<28}  {wo['summary']['passed']}/{len(rows)} = {rate_wo:.0%}")
-    lines.append(f"difference: {summary['difference_points']:+.1f} percentage points with the skill")
-    return {"summary": summary, "text": "\n".join(lines), "markdown": {arm: markdown(reports[arm]) for arm in ARMS}}
-
-
-def _verdict(r: dict) -> str:
-    if r["passed"]:
-        return "pass"
-    f = r["first_failure"] or {}
-    return f"{'ERROR' if r.get('error') else 'FAIL'} ({f.get('check', '?')})"[:28]
+        ctx.close()
+    result = compare_trials(reports, read)
+    j, m = write_comparison(result, folder / "_report", skill_commit)
+    result["files"] = [str(j), str(m)]
+    return result

@@ -1,0 +1,136 @@
+"""The one thread per writer that writes: full batches in order, and the buffer once it is too old.
+
+``add()`` (called by ``process()``) buffers a row and hands the buffer over
+when ``max_batch_rows`` keys are in it; at most one batch waits while another
+is being written, then ``add()`` waits (back-pressure). The thread also hands
+the buffer over itself once its oldest row is ``max_dwell_ms`` old, so the tail
+is written even when no row follows (under real-time mode ``close()`` only
+comes at the end of a long batch).
+
+Any error of the thread, whatever it is, is kept and raised by the next
+``add()`` and by ``finish()``; after it nothing more is written. ``finish()``
+writes what is left and raises if any row was not written; ``abort()`` drops
+what is not yet being written. No row leaves the buffer without being
+written or an exception being raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from rtm_lakebase.sink.buffer import RowBuffer
+from rtm_lakebase.sink.errors import SinkError
+
+log = logging.getLogger(__name__)
+
+
+class Flusher:
+    def __init__(self, buffer: RowBuffer, write: Callable[[list[tuple], bool], None],
+                 max_batch_rows: int, max_dwell_ms: int, name: str):
+        self.buffer = buffer
+        self._write = write  # write(batch, by_timer); raises on failure
+        self._max_rows = max_batch_rows
+        self._dwell = max_dwell_ms / 1000
+        self._lock = threading.Lock()  # taken directly on the hot path (a Condition adds a Python call)
+        self._cond = threading.Condition(self._lock)
+        self._queue: deque[tuple[list[tuple], bool]] = deque()  # [0] is being written
+        self._stopping = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self._thread.start()
+
+    def add(self, values: tuple) -> None:
+        """Buffer one row; hand the buffer over when full. Raises the thread's error, if any."""
+        with self._lock:
+            if self.error is not None:
+                raise self.error
+            buffer = self.buffer
+            size = buffer.add(values)
+            if buffer.oldest is None:  # the first row since the last hand-over: start the dwell timer
+                buffer.oldest = time.monotonic()
+                self._cond.notify_all()
+            if size >= self._max_rows:
+                self._seal(by_timer=False)
+                while len(self._queue) > 1 and self.error is None and self._thread.is_alive():
+                    self._cond.wait()
+                if self.error is not None:
+                    raise self.error
+
+    def finish(self) -> None:
+        """Write what is left, stop the thread, raise its error (or a SinkError if rows were left)."""
+        with self._cond:
+            if self.error is None:
+                self._seal(by_timer=False)
+            self._stopping = True
+            self._cond.notify_all()
+        self._join()
+        with self._cond:
+            if self.error is not None:
+                raise self.error
+            left = sum(len(batch) for batch, _ in self._queue) + len(self.buffer)
+            if left:
+                raise SinkError(f"{left} row(s) were not written: the flusher thread stopped early")
+
+    def abort(self) -> None:
+        """Drop rows not yet being written (the task failed; Spark replays them), stop the thread."""
+        with self._cond:
+            while len(self._queue) > 1:
+                self._queue.pop()
+            self.buffer.clear()
+            self._stopping = True
+            self._cond.notify_all()
+        self._join()
+        with self._cond:
+            self._queue.clear()
+
+    def _join(self) -> None:
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _seal(self, by_timer: bool) -> None:
+        """Hand the buffer over to the thread (caller holds the lock)."""
+        if len(self.buffer):
+            self._queue.append((self.buffer.take(), by_timer))
+            self._cond.notify_all()
+        else:
+            self.buffer.oldest = None
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # never die silently: raised by add()/finish()
+            with self._cond:
+                if self.error is None:
+                    self.error = exc
+                self._cond.notify_all()
+            # Spark's Python foreach reports a worker's error only when the long batch ends (close()):
+            # this line is the prompt signal (see the reference's failure semantics).
+            log.error("postgres sink: flush failed; nothing more is written, and the query fails when this "
+                      "batch ends (the next process() or close() raises it): %s", exc)
+
+    def _loop(self) -> None:
+        dwell = self._dwell
+        with self._cond:
+            while True:
+                if not self._queue:
+                    oldest = self.buffer.oldest
+                    if oldest is not None and dwell and time.monotonic() >= oldest + dwell:
+                        self._seal(by_timer=True)
+                        continue
+                    if self._stopping:
+                        return
+                    timeout = oldest + dwell - time.monotonic() if oldest is not None and dwell else None
+                    self._cond.wait(timeout)
+                    continue
+                batch, by_timer = self._queue[0]
+                self._cond.release()
+                try:
+                    self._write(batch, by_timer)
+                finally:
+                    self._cond.acquire()
+                self._queue.popleft()
+                self._cond.notify_all()

