@@ -37,11 +37,14 @@ SCHEMA = "id BIGINT, sent_ms BIGINT, payload STRING"
 PAYLOAD = "x" * 64
 
 
-def table_ddl(table: str) -> str:
+def table_ddl(table: str):
+    """``CREATE TABLE`` for one path's table (a ``psycopg.sql`` object)."""
+    from psycopg import sql
+
     from pack_lab.sink_clock import WRITTEN_MS_COLUMN
 
-    return (f'CREATE TABLE IF NOT EXISTS "{table}" (id bigint PRIMARY KEY, sent_ms bigint NOT NULL, '
-            f"payload text, {WRITTEN_MS_COLUMN})")
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigint PRIMARY KEY, sent_ms bigint NOT NULL, "
+                   "payload text, " + WRITTEN_MS_COLUMN + ")").format(sql.Identifier(table))
 
 
 def app_name(path: str) -> str:
@@ -184,16 +187,19 @@ class Feeder(threading.Thread):
 def table_report(conn: Any, table: str, expected: int, window_s: float | None = None,
                  t0_ms: int | None = None) -> dict[str, Any]:
     """Missing and duplicated ids among ``0 … expected-1`` and sink-visible latency (ms) percentiles."""
+    from psycopg import sql
+
     from pack_lab.sink_clock import visible_clock
 
-    clock, _ = visible_clock(conn)
+    clock, _ = visible_clock(conn)  # a fixed SQL expression of the pack's, not user input
+    target = sql.Identifier(table)
     rows, distinct, in_range = conn.execute(
-        f'SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE id >= 0 AND id < %s) FROM "{table}"',
-        (expected,)).fetchone()
-    pct = ("percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY lat), max(lat), count(*)")
-    lat_sql = f'SELECT {clock} - sent_ms AS lat, sent_ms FROM "{table}"'
+        sql.SQL("SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE id >= 0 AND id < %s) FROM {}")
+        .format(target), (expected,)).fetchone()
+    pct = sql.SQL("percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY lat), max(lat), count(*)")
+    lat_sql = sql.SQL("SELECT " + clock + " - sent_ms AS lat, sent_ms FROM {}").format(target)
     p50, p90, p99 = (None, None, None)
-    whole = conn.execute(f"SELECT {pct} FROM ({lat_sql}) s").fetchone()
+    whole = conn.execute(sql.SQL("SELECT {} FROM ({}) s").format(pct, lat_sql)).fetchone()
     if whole[0] is not None:
         p50, p90, p99 = whole[0]
     report = {"expected": expected, "rows": rows, "distinct_ids": distinct,
@@ -202,8 +208,8 @@ def table_report(conn: Any, table: str, expected: int, window_s: float | None = 
               "latency_ms": {"p50": p50, "p90": p90, "p99": p99, "max": whole[1]}}
     if window_s and t0_ms is not None:
         windows = conn.execute(
-            f"SELECT floor((sent_ms - %s) / %s)::int AS w, {pct} FROM ({lat_sql}) s GROUP BY 1 ORDER BY 1",
-            (t0_ms, window_s * 1000)).fetchall()
+            sql.SQL("SELECT floor((sent_ms - %s) / %s)::int AS w, {} FROM ({}) s GROUP BY 1 ORDER BY 1")
+            .format(pct, lat_sql), (t0_ms, window_s * 1000)).fetchall()
         report["latency_windows"] = [
             {"window": w, "from_s": w * window_s, "p50": q[0], "p90": q[1], "p99": q[2], "max": mx, "rows": n}
             for w, q, mx, n in windows]
@@ -213,13 +219,15 @@ def table_report(conn: Any, table: str, expected: int, window_s: float | None = 
 def wait_for_rows(conn_factory: Callable[[], Any], tables: dict[str, str], expected: int,
                   timeout_s: float, supervise: Callable[[], None] = lambda: None) -> bool:
     """Poll until every table holds ``expected`` distinct ids (reconnecting as needed); False on timeout."""
+    from psycopg import sql
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         supervise()
         try:
             with conn_factory() as conn:
-                counts = [conn.execute(f'SELECT count(DISTINCT id) FROM "{t}"').fetchone()[0]
-                          for t in tables.values()]
+                counts = [conn.execute(sql.SQL("SELECT count(DISTINCT id) FROM {}").format(sql.Identifier(t)))
+                          .fetchone()[0] for t in tables.values()]
             if all(c >= expected for c in counts):
                 return True
         except Exception:
