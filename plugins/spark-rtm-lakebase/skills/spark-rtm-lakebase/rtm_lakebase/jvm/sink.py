@@ -157,7 +157,60 @@ def _jdbc_parts(settings: ConnectionSettings,
     dbname = settings.dbname or env.get("PGDATABASE") or ""
     url = f"jdbc:postgresql://{','.join(places)}/{quote(dbname, safe='')}?{query}"
     password = settings.password.reveal() if settings.password else env.get("PGPASSWORD")
+    user = settings.user or env.get("PGUSER") or _os_user()
+    if not password:  # libpq's next source: the password file
+        first_host, first_port = places[0].rsplit(":", 1)
+        password = pgpass_password(first_host.strip("[]"), first_port, dbname or user, user)
     return url, settings.user or env.get("PGUSER"), password or None
+
+
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return ""
+
+
+def _pgpass_fields(line: str) -> list[str]:
+    fields, current, chars = [], [], iter(line)
+    for ch in chars:
+        if ch == "\\":
+            current.append(next(chars, ""))
+        elif ch == ":":
+            fields.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    fields.append("".join(current))
+    return fields
+
+
+def pgpass_password(host: str, port: str, dbname: str, user: str) -> str | None:
+    """The password libpq would take from ``$PGPASSFILE`` (default ``~/.pgpass``) for this target, or ``None``.
+
+    Lines are ``host:port:database:username:password``, ``*`` matches anything, ``\\:``
+    and ``\\\\`` escape; the first match wins. As in libpq, a file that group or others
+    can read is ignored.
+    """
+    path = Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass")
+    try:
+        if not path.is_file() or (os.name == "posix" and path.stat().st_mode & 0o077):
+            return None
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    wanted = (host, str(port), dbname, user)
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = _pgpass_fields(line)
+        if len(fields) < 5:
+            continue
+        if all(f == "*" or f == w for f, w in zip(fields[:4], wanted, strict=True)):
+            return ":".join(fields[4:]) or None
+    return None
 
 
 def jdbc_url(connection: ConnectionSettings | str, socket_timeout_s: int = SOCKET_TIMEOUT_S) -> str:
