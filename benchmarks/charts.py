@@ -12,6 +12,7 @@ and no timestamp or software tag in the PNG metadata.
   against input rate, one line per sink path;
 - ``foreach_latency.json`` → ``foreach_latency.png``: end-to-end p50 and p99 per case;
 - ``sink_benchmark.json`` → ``sink_benchmark.png``: rows/s of each writer;
+- ``soak.json`` → ``soak.png``: latency per window, memory and connections over a soak;
 - the demo's report → its latency chart (:func:`render_demo_chart`).
 """
 
@@ -168,6 +169,56 @@ def render_sink_benchmark(results: Mapping[str, Any], out: Path) -> Path:
     return _save(fig, out)
 
 
+# ------------------------------------------------------------------ soak
+
+
+SOAK_STYLE = {"rtm_jvm": PATH_STYLE["rtm-jvm"], "rtm_python": PATH_STYLE["rtm-python"],
+              "mb_python": PATH_STYLE["microbatch"]}
+
+
+def render_soak(results: Mapping[str, Any], out: Path) -> Path:
+    """Three panels over the soak's time: p50/p99 latency per window, executor and Python RSS, connections."""
+    plt = _pyplot()
+    fig, (lat, mem, conns) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    window = results["settings"]["window_s"]
+    for path, rep in results["paths"].items():
+        colour, label = SOAK_STYLE.get(path, ("#333333", path))
+        ws = [w for w in rep.get("latency_windows", []) if w["p50"] is not None]
+        xs = [(w["window"] + 0.5) * window / 60 for w in ws]
+        lat.plot(xs, [max(w["p50"], 1) for w in ws], marker="o", color=colour, label=f"{label} p50")
+        lat.plot(xs, [max(w["p99"], 1) for w in ws], marker="^", linestyle="--", color=colour, label=f"{label} p99")
+    _log_axis_ms(lat)
+    lat.set_ylabel("visible latency (ms, log)")
+    lat.legend(fontsize=7, frameon=False)
+    samples = results.get("samples", [])
+    ts = [s["t_s"] / 60 for s in samples]
+    workers = sorted({w for s in samples for w in s["memory"]})
+    for i, w in enumerate(workers):
+        mem.plot(ts, [s["memory"][w]["executor_rss_mb"] for s in samples], color=["#1b7837", "#762a83"][i % 2],
+                 label=f"{w} executor JVM")
+        mem.plot(ts, [s["memory"][w]["python_rss_mb"] for s in samples], linestyle="--",
+                 color=["#1b7837", "#762a83"][i % 2], label=f"{w} Python workers")
+    mem.set_ylabel("RSS (MB)")
+    mem.legend(fontsize=7, frameon=False, ncol=2)
+    for path in results["paths"]:
+        colour, label = SOAK_STYLE.get(path, ("#333333", path))
+        pts = [(s["t_s"] / 60, s["connections"][path]) for s in samples if s.get("connections")]
+        conns.step([p[0] for p in pts], [p[1] for p in pts], where="post", color=colour, label=label)
+    conns.set_ylabel("Postgres connections")
+    conns.set_xlabel("minutes since start")
+    conns.legend(fontsize=7, frameon=False)
+    for ax in (lat, mem, conns):
+        ax.grid(True, linewidth=0.4, alpha=0.6)
+        for f in results.get("faults", []):
+            ax.axvline(f["t_s"] / 60, color="#b2182b", linewidth=0.8, alpha=0.6)
+    settings = results["settings"]
+    lat.set_title(f"Soak: {settings['rate_rows_per_s']} rows/s for {settings['minutes']:g} min on a standalone "
+                  f"cluster, a fault every {settings['fault_every_s']:g} s (red lines); lost "
+                  f"{results['lost_total']}, duplicated {results['duplicated_total']}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
 # ------------------------------------------------------------------ demo
 
 
@@ -204,6 +255,7 @@ CHARTS: dict[str, tuple[Callable[[Mapping[str, Any], Path], Path], str]] = {
     "rate_sweep.json": (render_rate_sweep, "rate_sweep.png"),
     "foreach_latency.json": (render_foreach_latency, "foreach_latency.png"),
     "sink_benchmark.json": (render_sink_benchmark, "sink_benchmark.png"),
+    "soak.json": (render_soak, "soak.png"),
 }
 
 

@@ -396,8 +396,12 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
 
 
-def start_session(options: DemoOptions, jars: list[str], log: Log = print):
-    """The local session sized for the query (and carrying the JVM sink jar when there is one)."""
+def start_session(options: DemoOptions, jars: list[str], log: Log = print, cluster_conf=None):
+    """The session sized for the query (and carrying the JVM sink jar when there is one).
+
+    ``cluster_conf``: settings of a standalone cluster (:meth:`StandaloneCluster.session_conf`)
+    to run the executors on instead of ``local[N]``.
+    """
     from pack_lab.rtm_lab import build_session, local_cores
     from rtm_lakebase.calc.sizing import check_local, stateful_query
 
@@ -415,7 +419,7 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
         os.close(fd)
         atexit.register(_remove_quietly, jvm_log)
     spark = build_session(cores=shape.required_slots, shuffle_partitions=options.shuffle_partitions or 1,
-                          app_name="rtm-demo", jars=jars or None, jvm_log=jvm_log)
+                          app_name="rtm-demo", jars=jars or None, jvm_log=jvm_log, extra_conf=cluster_conf)
     reclaim()  # PySpark replaced the SIGINT handler; Ctrl-C must clean up like SIGTERM does
     if not already_running:
         _started.append(spark)
@@ -423,6 +427,8 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
     # reports failures itself (query.exception()), so keep the terminal to its own lines.
     if not already_running:
         spark.sparkContext.setLogLevel("OFF")
+    if cluster_conf:  # the cluster was sized for the query when it started
+        return spark
     # getOrCreate may hand back a session that was already running: check its real slots.
     local = check_local(shape, local_cores(spark))
     if not local.fits:
@@ -430,12 +436,13 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print):
     return spark
 
 
-def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None) -> list[PathResult]:
+def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None,
+             cluster_conf=None) -> list[PathResult]:
     """Run every selected path against ``dsn``, one after the other; return their results."""
     jars, why_not = jvm_sink_jars() if "rtm-jvm" in options.paths else ([], None)
     fast_jars, fast_why_not = fast_foreach_jars() if "rtm-fast-foreach" in options.paths else ([], None)
     if spark is None:
-        spark = start_session(options, jars + fast_jars, log)
+        spark = start_session(options, jars + fast_jars, log, cluster_conf=cluster_conf)
     else:
         from pack_lab.rtm_lab import local_cores
         from rtm_lakebase.calc.sizing import check_local, stateful_query
@@ -514,7 +521,20 @@ def _run(options: DemoOptions) -> int:
                 dsn = stack.enter_context(postgres_dsn(settings=SERVER_SETTINGS))
                 stack.callback(stop_spark)
                 check_postgres(dsn, can_create=True)
-                results = run_demo(options, dsn, log=lambda line: print(line, flush=True))
+                cluster_conf = None
+                if options.master == "standalone":
+                    from pack_lab.standalone_cluster import StandaloneCluster
+                    from rtm_lakebase.calc import stateful_query
+
+                    slots = stateful_query(source_tasks=options.partitions,
+                                           shuffle_partitions=options.shuffle_partitions or 1,
+                                           exchanges=1 if options.pipeline == "dedup" else 0).required_slots
+                    # Each worker alone holds every task, so the query survives losing one.
+                    cluster = stack.enter_context(StandaloneCluster(
+                        workers=2, cores_per_worker=slots, log=lambda line: print(f"[demo] {line}", flush=True)))
+                    cluster_conf = cluster.session_conf()
+                results = run_demo(options, dsn, log=lambda line: print(line, flush=True),
+                                   cluster_conf=cluster_conf)
             finally:
                 with shielded(err):  # Spark and the throwaway Postgres go, even on a second Ctrl-C
                     stack.close()

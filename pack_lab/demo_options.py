@@ -117,6 +117,8 @@ class DemoOptions:
     seed: int = 7
     paths: tuple[str, ...] = PATHS
     output_dir: str = "demo-output"
+    #: "local" (one JVM, local[N]) or "standalone" (a master and two workers started for the run).
+    master: str = "local"
 
     def __post_init__(self) -> None:
         values = {"--rows": self.rows, "--rate": self.rows_per_second, "--keys": self.keys,
@@ -184,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run one path only (default: all of them, one after the other)")
     parser.add_argument("--keep-table", action="store_true",
                         help="leave the demo tables in the database")
+    parser.add_argument("--master", choices=("local", "standalone"), default=defaults.master,
+                        help="local: one JVM (local[N]); standalone: start a Spark standalone master and "
+                             "two workers on loopback for this run and stop them after (default: local)")
     parser.add_argument("--output-dir", default=defaults.output_dir,
                         help="where the JSON report and the chart go (default: demo-output)")
     return parser
@@ -207,6 +212,6 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
             pipeline=args.pipeline, trigger=args.trigger,
             max_batch_rows=numbers["--max-batch-rows"], max_dwell_ms=numbers["--max-dwell-ms"],
             timeout_s=numbers["--timeout"], keep_table=args.keep_table, seed=numbers["--seed"],
-            paths=PATHS if args.path == "all" else (args.path,), output_dir=output_dir)
+            paths=PATHS if args.path == "all" else (args.path,), output_dir=output_dir, master=args.master)
     except OptionError as exc:
         parser.error(str(exc))

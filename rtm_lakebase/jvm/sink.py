@@ -47,6 +47,9 @@ SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
 PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
 
 MODES = ("upsert", "insert_ignore", "append")
+#: Seconds a JDBC read may wait for the server before the connection counts as lost (reconnect, retry).
+#: Without it a silent network path (no reset) blocks a flush, and the task, forever.
+SOCKET_TIMEOUT_S = 60
 BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
               f"or compile {SOURCE_FILE.name} with javac into a jar and set {JAR_ENV} to it")
 
@@ -110,7 +113,8 @@ _LIBPQ_TO_JDBC = {"options": "options", "sslrootcert": "sslrootcert", "sslcert":
                   "sslkey": "sslkey"}
 
 
-def _jdbc_parts(settings: ConnectionSettings) -> tuple[str, str | None, str | None]:
+def _jdbc_parts(settings: ConnectionSettings,
+                socket_timeout_s: int = SOCKET_TIMEOUT_S) -> tuple[str, str | None, str | None]:
     """(URL without credentials, user, password) as libpq would connect, environment fallbacks included."""
     env = os.environ
     if settings.hostaddr or env.get("PGHOSTADDR"):
@@ -138,8 +142,11 @@ def _jdbc_parts(settings: ConnectionSettings) -> tuple[str, str | None, str | No
             pass
         places.append(f"{host}:{int(port)}")
     timeout = settings.connect_timeout or env.get("PGCONNECT_TIMEOUT") or 10
+    if isinstance(socket_timeout_s, bool) or not isinstance(socket_timeout_s, int) or socket_timeout_s < 1:
+        raise ValueError(f"socket_timeout_s must be a positive number of seconds, got {socket_timeout_s!r}")
     params = {"sslmode": sslmode, "connectTimeout": str(int(timeout)),
-              "ApplicationName": settings.application_name, "tcpKeepAlive": "true"}
+              "ApplicationName": settings.application_name, "tcpKeepAlive": "true",
+              "socketTimeout": str(socket_timeout_s)}
     for key, value in dict(settings.extra or {}).items():
         if key not in _LIBPQ_TO_JDBC or not isinstance(value, str):
             raise ValueError(f"DSN parameter {key!r} has no equivalent the JVM sink passes to the JDBC "
@@ -150,17 +157,72 @@ def _jdbc_parts(settings: ConnectionSettings) -> tuple[str, str | None, str | No
     dbname = settings.dbname or env.get("PGDATABASE") or ""
     url = f"jdbc:postgresql://{','.join(places)}/{quote(dbname, safe='')}?{query}"
     password = settings.password.reveal() if settings.password else env.get("PGPASSWORD")
+    user = settings.user or env.get("PGUSER") or _os_user()
+    if not password:  # libpq's next source: the password file
+        first_host, first_port = places[0].rsplit(":", 1)
+        password = pgpass_password(first_host.strip("[]"), first_port, dbname or user, user)
     return url, settings.user or env.get("PGUSER"), password or None
 
 
-def jdbc_url(connection: ConnectionSettings | str) -> str:
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return ""
+
+
+def _pgpass_fields(line: str) -> list[str]:
+    fields, current, chars = [], [], iter(line)
+    for ch in chars:
+        if ch == "\\":
+            current.append(next(chars, ""))
+        elif ch == ":":
+            fields.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    fields.append("".join(current))
+    return fields
+
+
+def pgpass_password(host: str, port: str, dbname: str, user: str) -> str | None:
+    """The password libpq would take from ``$PGPASSFILE`` (default ``~/.pgpass``) for this target, or ``None``.
+
+    Lines are ``host:port:database:username:password``, ``*`` matches anything, ``\\:``
+    and ``\\\\`` escape; the first match wins. As in libpq, a file that group or others
+    can read is ignored.
+    """
+    path = Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass")
+    try:
+        if not path.is_file() or (os.name == "posix" and path.stat().st_mode & 0o077):
+            return None
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    wanted = (host, str(port), dbname, user)
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = _pgpass_fields(line)
+        if len(fields) < 5:
+            continue
+        if all(f == "*" or f == w for f, w in zip(fields[:4], wanted, strict=True)):
+            return ":".join(fields[4:]) or None
+    return None
+
+
+def jdbc_url(connection: ConnectionSettings | str, socket_timeout_s: int = SOCKET_TIMEOUT_S) -> str:
     """A ``jdbc:postgresql://`` URL for the same server, TLS mode and timeouts as the DSN; no credentials.
+
+    TCP keepalive is on, and a read waits at most ``socket_timeout_s`` seconds.
 
     Unset parts come from ``PGHOST``, ``PGPORT``, ``PGDATABASE``, ``PGSSLMODE``,
     ``PGCONNECT_TIMEOUT`` as in libpq. Raises ``ValueError`` for what the JDBC
     driver cannot do (Unix-socket hosts, ``hostaddr``, services, libpq-only parameters).
     """
-    return _jdbc_parts(as_connection_settings(connection))[0]
+    return _jdbc_parts(as_connection_settings(connection), socket_timeout_s)[0]
 
 
 def _format_key_list(columns: str | Sequence[str] | None) -> str | None:
@@ -206,7 +268,7 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
                      upsertkey: str | Sequence[str] | None = None, mode: str = "upsert",
                      version_column: str | None = None, schema: str | None = None,
                      skip_unchanged: bool = True, batchsize: int = 1000, batchinterval_ms: int = 100,
-                     max_retries: int = 6):
+                     max_retries: int = 6, socket_timeout_s: int = SOCKET_TIMEOUT_S):
     """The Java ``ForeachWriter<Row>`` (a py4j object) for ``writeStream.foreach``.
 
     Arguments as in :func:`start_jvm_sink_query`. Checks the classpath and the
@@ -226,7 +288,7 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
     if settings.password_provider is not None:
         raise ValueError("password_provider is a Python callable and cannot run inside the JVM writer; "
                          "give the JVM sink a password (a native Postgres role for long-running streams)")
-    url, user, password = _jdbc_parts(settings)
+    url, user, password = _jdbc_parts(settings, socket_timeout_s)
     options = {"url": url, "dbtable": table, "mode": mode, "batchsize": str(batchsize),
                "batchinterval": f"{batchinterval_ms} milliseconds", "skipunchanged": str(bool(skip_unchanged)).lower(),
                "maxretries": str(int(max_retries))}
@@ -280,7 +342,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
                          schema: str | None = None, skip_unchanged: bool = True,
                          batchsize: int = 1000, batchinterval_ms: int = 100,
                          trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
-                         output_mode: str = "update", max_retries: int = 6) -> StreamingQuery:
+                         output_mode: str = "update", max_retries: int = 6,
+                         socket_timeout_s: int = SOCKET_TIMEOUT_S) -> StreamingQuery:
     """Stream ``df`` into Postgres table ``table`` through the JVM writer; return the running query.
 
     - ``dsn``: a libpq DSN or URL (``postgresql://user:pass@host:5432/db``) or
@@ -300,6 +363,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     - ``trigger``: keyword arguments of ``DataStreamWriter.trigger``, e.g.
       ``{"realTime": "5 minutes"}`` (the default; the duration is the checkpoint
       interval, not a latency) or ``{"processingTime": "0 seconds"}``.
+    - ``socket_timeout_s``: a read from Postgres waiting longer counts as a lost
+      connection (reconnect and retry) instead of blocking the task forever.
 
     Raises :class:`JvmSinkUnavailable` when the jar, the JDBC driver or py4j
     access is missing, ``ValueError`` for bad options. Delivery is at-least-once
@@ -311,7 +376,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     _, jdf = _jvm_handles(df)
     writer = build_jvm_writer(df.sparkSession, dsn=dsn, table=table, upsertkey=upsertkey, mode=mode,
                               version_column=version_column, schema=schema, skip_unchanged=skip_unchanged,
-                              batchsize=batchsize, batchinterval_ms=batchinterval_ms, max_retries=max_retries)
+                              batchsize=batchsize, batchinterval_ms=batchinterval_ms, max_retries=max_retries,
+                              socket_timeout_s=socket_timeout_s)
     stream = df.writeStream
     stream._jwrite = stream._jwrite.foreach(writer)  # the Java sink replaces PySpark's Python foreach
     stream = (stream.outputMode(output_mode)

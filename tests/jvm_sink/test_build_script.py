@@ -97,7 +97,8 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "compiling the JVM sink" in first.stderr
     with zipfile.ZipFile(jar) as z:
-        assert "rtm_lakebase/jvm/PostgresForeachWriter.class" in z.namelist()
+        assert {"rtm_lakebase/jvm/PostgresForeachWriter.class", "rtm_lakebase/jvm/PgConnector.class"} <= \
+            set(z.namelist())
     assert not list(build.glob(".tmp.*"))  # nothing left behind
 
     foreach_jar = root / "rtm_lakebase" / "foreach" / "build" / "rtm-lakebase-foreach.jar"

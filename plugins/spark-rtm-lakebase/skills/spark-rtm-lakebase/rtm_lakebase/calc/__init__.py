@@ -11,6 +11,7 @@ from rtm_lakebase.calc.connection_budget import (
     ConnectionBudgetExceeded,
     check_connection_budget,
     max_connections,
+    sink_connections,
 )
 from rtm_lakebase.calc.sizing import (
     ClusterPlan,
@@ -26,4 +27,4 @@ from rtm_lakebase.calc.sizing import (
 
 __all__ = ["ClusterPlan", "ConnectionBudget", "ConnectionBudgetExceeded", "KafkaOption", "LocalCheck", "QueryShape",
            "check_connection_budget", "check_local", "kafka_source_tasks", "kafka_tradeoff", "max_connections",
-           "plan_cluster", "stateful_query"]
+           "plan_cluster", "sink_connections", "stateful_query"]

@@ -91,3 +91,29 @@ def check_connection_budget(capacity_units: float, sink_tasks: int, app_pool_max
             "that writes, shrink the app pools, or use a larger compute.")
     return budget
 # --8<-- [end:check_connection_budget]
+
+
+#: The JVM sink's per-executor pool keeps at most this many idle connections per target
+#: (``rtm_lakebase/jvm/PgConnector.java``, JVM property ``rtm.jvm.sink.maxIdle``).
+JVM_POOL_MAX_IDLE = 4
+
+
+# --8<-- [start:sink_connections]
+def sink_connections(sink_tasks: int, rerun_tasks: int = 0, jvm_executors: int = 0,
+                     jvm_pool_idle: int = 1) -> int:
+    """Connections to plan for the sinks, for ``check_connection_budget(sink_tasks=...)``.
+
+    Measured on the lab's standalone cluster (``benchmarks/soak.py``, ``pg_stat_activity``
+    sampled through faults): one connection per running sink task, for both writers.
+    ``rerun_tasks``: tasks that can be re-run at once after a lost executor or a failed
+    flush; a re-run attempt connects before Postgres has dropped the lost attempt's
+    connection, so each counts twice for a while. ``jvm_executors``: executors running
+    the JVM sink; between tasks each keeps up to ``jvm_pool_idle`` idle connections
+    (one per sink task slot it runs; at most :data:`JVM_POOL_MAX_IDLE`).
+    """
+    for name, value in (("sink_tasks", sink_tasks), ("rerun_tasks", rerun_tasks),
+                        ("jvm_executors", jvm_executors), ("jvm_pool_idle", jvm_pool_idle)):
+        if value < 0:
+            raise ValueError(f"{name} must not be negative, got {value}")
+    return sink_tasks + rerun_tasks + jvm_executors * min(jvm_pool_idle, JVM_POOL_MAX_IDLE)
+# --8<-- [end:sink_connections]

@@ -362,7 +362,11 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
             } finally {
                 lock.unlock();
             }
-            closeConnection();
+            if (errorOrNull == null && pending == null) {
+                releaseConnection();  // kept for the executor's next task (PgConnector)
+            } else {
+                closeConnection();
+            }
             LOG.info("postgres JVM sink closed (partition={} epoch={} error={}): {}", partitionId, epochId,
                 errorOrNull == null ? null : errorOrNull.getClass().getSimpleName(), metrics());
         }
@@ -666,11 +670,10 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
             if (password != null) {
                 props.setProperty("password", password);
             }
-            Connection c = driver().connect(url, props);
+            Connection c = PgConnector.borrow(poolKey(), driver(), url, props);
             if (c == null) {
                 throw new PostgresSinkException("the JDBC driver does not accept the url " + redact(url));
             }
-            c.setAutoCommit(false);
             conn = c;
         }
         if (tableColumns == null) {
@@ -722,6 +725,17 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 + "; table columns: " + found.keySet());
         }
         tableColumns = found;
+    }
+
+    private String poolKey() {
+        return PgConnector.key(url, user, password);
+    }
+
+    /** Give a healthy connection back to the executor's pool (a task that ended well). */
+    private void releaseConnection() {
+        Connection c = conn;
+        conn = null;
+        PgConnector.giveBack(poolKey(), c);
     }
 
     private void closeConnection() {
