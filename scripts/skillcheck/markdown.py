@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from rtm_lakebase.check.markdown import Block  # one fenced-block type for the validator and the shipped checker
+
 from .limits import MAX_EMPHASIS_MARKERS
 
 COMMENT_RE = re.compile(r"^\s*<!--(?P<body>.*?)-->\s*$", re.S)
@@ -39,28 +41,6 @@ _MD = MarkdownIt("commonmark").enable("table")
 _MD_NO_EMPHASIS = MarkdownIt("commonmark").enable("table").disable("emphasis")
 #: A CommonMark backslash escape: backslash + ASCII punctuation.
 _ESCAPE_RE = re.compile(r"\\([!-/:-@\[-`{-~])")
-
-
-@dataclass
-class Block:
-    """A fenced code block. ``start``/``end`` are the 1-based lines of its opening and closing fence."""
-
-    lang: str
-    info: str
-    start: int
-    end: int  # line of the closing fence (or the last line of the block if unclosed)
-    indent: int  # column of the fence marker on its line (list items indent it)
-    lines: list[str]
-    comments: list[tuple[int, str]] = field(default_factory=list)  # one-line HTML comments right above
-    closed: bool = True
-
-    @property
-    def content_start(self) -> int:
-        return self.start + 1
-
-    @property
-    def source(self) -> str:
-        return "\n".join(self.lines) + ("\n" if self.lines else "")
 
 
 @dataclass
