@@ -22,6 +22,7 @@ import java.util.ArrayDeque;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
+import java.util.function.Supplier;
 
 public final class PgConnector {
     static final int MAX_IDLE = Math.max(0, Integer.getInteger("rtm.jvm.sink.maxIdle", 4));
@@ -42,8 +43,8 @@ public final class PgConnector {
         return url + '\u0000' + user + '\u0000' + (password == null ? "" : Integer.toHexString(password.hashCode()));
     }
 
-    /** An idle connection that still answers, else a new one from `driver`. Auto-commit is off. */
-    static Connection borrow(String key, Driver driver, String url, Properties props) throws SQLException {
+    /** An idle connection that still answers, else a new one from `driver` (`props` asked only then). Auto-commit is off. */
+    static Connection borrow(String key, Driver driver, String url, Supplier<Properties> props) throws SQLException {
         while (true) {
             Connection idle;
             synchronized (IDLE) {
@@ -61,7 +62,7 @@ public final class PgConnector {
             }
             closeQuietly(idle);
         }
-        Connection c = driver.connect(url, props);
+        Connection c = driver.connect(url, props.get());
         if (c == null) {
             return null;
         }

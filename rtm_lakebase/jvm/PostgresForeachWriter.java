@@ -7,7 +7,8 @@
  *   throws on failure (returning false would make Spark drop the partition's rows silently).
  * - Modes: "upsert" (INSERT ... ON CONFLICT (key) DO UPDATE, skipping no-op updates, or with a
  *   version column only letting a strictly newer version replace a row), "insert_ignore"
- *   (ON CONFLICT DO NOTHING) and "append" (plain INSERT).
+ *   (ON CONFLICT DO NOTHING) and "append" (COPY ... FROM STDIN when every column's Spark type
+ *   is the column's own kind, see PgCopy; else plain INSERT; appendcopy=false forces INSERT).
  * - Rows are buffered, deduplicated by key, sorted by key and written as one transaction when
  *   `batchsize` keys are buffered or when the oldest buffered row is `batchinterval` old. One
  *   flusher thread per writer does all writing, so the tail is written even when no further row
@@ -27,7 +28,8 @@
  *   url (jdbc:postgresql://...), user, password, dbtable, schema, mode, upsertkey
  *   (comma-separated; "quoted" names may hold commas), versioncolumn, skipunchanged,
  *   batchsize (1000), batchinterval ("100 milliseconds"), maxretries (6),
- *   backoffinitialms (250), backoffmaxms (5000).
+ *   backoffinitialms (250), backoffmaxms (5000), appendcopy (true), passwordprovider (the class
+ *   name of a PgPasswordProvider, asked for the password at every (re)connect; see that file).
  */
 package rtm_lakebase.jvm;
 
@@ -92,7 +94,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
 
     public static final Set<String> OPTIONS = Collections.unmodifiableSet(new TreeSet<>(Arrays.asList(
         "url", "user", "password", "dbtable", "schema", "mode", "upsertkey", "versioncolumn",
-        "skipunchanged", "batchsize", "batchinterval", "maxretries", "backoffinitialms", "backoffmaxms")));
+        "skipunchanged", "batchsize", "batchinterval", "maxretries", "backoffinitialms", "backoffmaxms",
+        "appendcopy", "passwordprovider")));
     public static final List<String> MODES = List.of("upsert", "insert_ignore", "append");
     static final String DRIVER_CLASS = "org.postgresql.Driver";
     static final String DRIVER_MAVEN = "org.postgresql:postgresql:42.7.13";
@@ -144,6 +147,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private final int maxRetries;
     private final long backoffInitialMs;
     private final long backoffMaxMs;
+    private final boolean appendCopy;
+    private final String passwordProvider;         // a class name; the password it gives is never kept here
 
     // -- runtime (per task, built in open()) --------------------------------------------------
     private transient ReentrantLock lock;
@@ -167,6 +172,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private transient int[] keyIndex;
     private transient int versionIndex;
     private transient String statement;
+    private transient String copyStatement;        // mode=append when every column is COPY-safe, else null
+    private transient PgPasswordProvider provider;
     private transient long partitionId;
     private transient long epochId;
     private transient long rowsReceived;
@@ -174,6 +181,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private transient long flushes;
     private transient long flushesByTimer;
     private transient long retries;
+    private transient long copyFlushes;
 
     public PostgresForeachWriter(Map<String, String> options) {
         Map<String, String> o = new LinkedHashMap<>();
@@ -221,6 +229,20 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         this.maxRetries = (int) parseLong(o, "maxretries", 6, 0);
         this.backoffInitialMs = parseLong(o, "backoffinitialms", 250, 0);
         this.backoffMaxMs = parseLong(o, "backoffmaxms", 5000, 0);
+        this.appendCopy = parseBoolean(o, "appendcopy", true);
+        this.passwordProvider = emptyToNull(o.get("passwordprovider"));
+        if (passwordProvider != null && password != null) {
+            throw new IllegalArgumentException("give either password or passwordprovider, not both");
+        }
+        if (passwordProvider != null) {
+            checkClassName(passwordProvider);
+        }
+    }
+
+    private static void checkClassName(String name) {
+        if (!name.matches("[A-Za-z_$][A-Za-z0-9_$]*(\\.[A-Za-z_$][A-Za-z0-9_$]*)*")) {
+            throw new IllegalArgumentException("passwordprovider must be a Java class name, e.g. com.example.MyProvider");
+        }
     }
 
     @Override
@@ -228,7 +250,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         return "PostgresForeachWriter(url=" + redact(url) + ", user=" + user + ", password="
             + (password != null ? "***" : "null") + ", table=" + target() + ", mode=" + mode
             + ", upsertkey=" + upsertKey + ", versioncolumn=" + versionColumn + ", batchsize=" + batchSize
-            + ", batchinterval=" + batchIntervalMs + " ms)";
+            + ", batchinterval=" + batchIntervalMs + " ms"
+            + (passwordProvider != null ? ", passwordprovider=" + passwordProvider : "") + ")";
     }
 
     // -- the ForeachWriter contract ---------------------------------------------------------------
@@ -391,7 +414,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     /** Counters of this task's writer, for logs and tests. */
     public String metrics() {
         return "rows_received=" + rowsReceived + " rows_written=" + rowsWritten + " flushes=" + flushes
-            + " flushes_by_timer=" + flushesByTimer + " retries=" + retries;
+            + " flushes_by_timer=" + flushesByTimer + " retries=" + retries + " copy_flushes=" + copyFlushes;
     }
 
     // -- buffering ----------------------------------------------------------------------------------
@@ -418,7 +441,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         keyIndex = null;
         versionIndex = -1;
         statement = null;
-        rowsReceived = rowsWritten = flushes = flushesByTimer = retries = 0;
+        rowsReceived = rowsWritten = flushes = flushesByTimer = retries = copyFlushes = 0;
     }
 
     private int buffered() {
@@ -567,6 +590,16 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         }
         columns = cols;
         statement = buildStatement(cols);
+        copyStatement = null;
+        if (mode.equals("append") && appendCopy) {
+            boolean safe = true;
+            StringBuilder names = new StringBuilder();
+            for (int i = 0; i < cols.length; i++) {
+                safe &= PgCopy.copySafe(fields[i].dataType(), columnTypes[i]);
+                names.append(i == 0 ? "" : ", ").append(quote(cols[i]));
+            }
+            copyStatement = safe ? PgCopy.sql(target(), names.toString()) : null;
+        }
     }
 
     private static boolean supported(DataType t) {
@@ -663,14 +696,17 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
 
     private Void connectAndDescribe() throws SQLException {
         if (conn == null || conn.isClosed()) {
-            Properties props = new Properties();
-            if (user != null) {
-                props.setProperty("user", user);
-            }
-            if (password != null) {
-                props.setProperty("password", password);
-            }
-            Connection c = PgConnector.borrow(poolKey(), driver(), url, props);
+            Connection c = PgConnector.borrow(poolKey(), driver(), url, () -> {
+                Properties props = new Properties();  // built only when a new connection is opened
+                if (user != null) {
+                    props.setProperty("user", user);
+                }
+                String secret = password != null ? password : providedPassword();
+                if (secret != null) {
+                    props.setProperty("password", secret);
+                }
+                return props;
+            });
             if (c == null) {
                 throw new PostgresSinkException("the JDBC driver does not accept the url " + redact(url));
             }
@@ -727,8 +763,30 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         tableColumns = found;
     }
 
+    /** url, user and the password's hash; with a provider its class name (its tokens change, the connections stay good). */
     private String poolKey() {
-        return PgConnector.key(url, user, password);
+        return PgConnector.key(url, user, passwordProvider != null ? "provider:" + passwordProvider : password);
+    }
+
+    /** The provider's password for this (re)connect; a failure is one line naming the class, never a secret. */
+    private String providedPassword() {
+        if (passwordProvider == null) {
+            return null;
+        }
+        if (provider == null) {
+            provider = PgPasswordProvider.load(passwordProvider);
+        }
+        String secret;
+        try {
+            secret = provider.password();
+        } catch (RuntimeException e) {
+            throw new PostgresSinkException("passwordprovider " + passwordProvider + " failed: "
+                + e.getClass().getName() + " (its message is not shown: it may hold a secret)");
+        }
+        if (secret == null || secret.isEmpty()) {
+            throw new PostgresSinkException("passwordprovider " + passwordProvider + " returned no password");
+        }
+        return secret;
     }
 
     /** Give a healthy connection back to the executor's pool (a task that ended well). */
@@ -905,6 +963,17 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private int write(List<Object[]> batch) throws SQLException {
         if (conn == null || conn.isClosed()) {
             connectAndDescribe();
+        }
+        if (copyStatement != null) {
+            try {
+                long copied = PgCopy.copyIn(conn, copyStatement, PgCopy.text(batch, columnTypes, sessionZone));
+                conn.commit();
+                copyFlushes++;
+                return (int) copied;
+            } catch (SQLException e) {
+                rollbackQuietly();
+                throw e;
+            }
         }
         try (PreparedStatement ps = conn.prepareStatement(statement)) {
             for (Object[] values : batch) {

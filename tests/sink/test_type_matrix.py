@@ -295,6 +295,8 @@ def run_jvm_sink(spark, pg_dsn: str, target: tuple[str, str], mode: str, citext:
     except Exception as exc:  # flush errors are thrown by close()
         error = error or exc
     if error is None:
+        # append goes through COPY (rtm_lakebase/jvm/PgCopy.java): the matrix checks what COPY stores
+        assert mode != "append" or "copy_flushes=0" not in writer.metrics(), writer.metrics()
         return ("ok", None, "", None, None)
     java = getattr(error, "java_exception", None)
     if java is not None and java.getClass().getSimpleName() == "BadRowException":

@@ -268,7 +268,8 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
                      upsertkey: str | Sequence[str] | None = None, mode: str = "upsert",
                      version_column: str | None = None, schema: str | None = None,
                      skip_unchanged: bool = True, batchsize: int = 1000, batchinterval_ms: int = 100,
-                     max_retries: int = 6, socket_timeout_s: int = SOCKET_TIMEOUT_S):
+                     max_retries: int = 6, socket_timeout_s: int = SOCKET_TIMEOUT_S,
+                     password_provider_class: str | None = None, append_copy: bool = True):
     """The Java ``ForeachWriter<Row>`` (a py4j object) for ``writeStream.foreach``.
 
     Arguments as in :func:`start_jvm_sink_query`. Checks the classpath and the
@@ -287,11 +288,17 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
     settings = as_connection_settings(dsn)
     if settings.password_provider is not None:
         raise ValueError("password_provider is a Python callable and cannot run inside the JVM writer; "
-                         "give the JVM sink a password (a native Postgres role for long-running streams)")
+                         "give the JVM sink a password, or password_provider_class= a Java PgPasswordProvider")
     url, user, password = _jdbc_parts(settings, socket_timeout_s)
+    if password_provider_class:
+        if settings.password:
+            raise ValueError("give either a password in the DSN or password_provider_class, not both")
+        password = None  # the provider gives it at every connect; PGPASSWORD and .pgpass are not asked
     options = {"url": url, "dbtable": table, "mode": mode, "batchsize": str(batchsize),
                "batchinterval": f"{batchinterval_ms} milliseconds", "skipunchanged": str(bool(skip_unchanged)).lower(),
-               "maxretries": str(int(max_retries))}
+               "maxretries": str(int(max_retries)), "appendcopy": str(bool(append_copy)).lower()}
+    if password_provider_class:
+        options["passwordprovider"] = password_provider_class
     if user:
         options["user"] = user
     if schema:
@@ -343,7 +350,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
                          batchsize: int = 1000, batchinterval_ms: int = 100,
                          trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
                          output_mode: str = "update", max_retries: int = 6,
-                         socket_timeout_s: int = SOCKET_TIMEOUT_S) -> StreamingQuery:
+                         socket_timeout_s: int = SOCKET_TIMEOUT_S,
+                         password_provider_class: str | None = None) -> StreamingQuery:
     """Stream ``df`` into Postgres table ``table`` through the JVM writer; return the running query.
 
     - ``dsn``: a libpq DSN or URL (``postgresql://user:pass@host:5432/db``) or
@@ -354,7 +362,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     - ``mode``: ``"upsert"`` (``INSERT … ON CONFLICT (upsertkey) DO UPDATE``; with
       ``version_column`` only a strictly newer version replaces a row, else
       ``skip_unchanged`` skips identical updates), ``"insert_ignore"``
-      (``ON CONFLICT DO NOTHING``) or ``"append"`` (plain ``INSERT``).
+      (``ON CONFLICT DO NOTHING``) or ``"append"`` (``COPY … FROM STDIN``, or
+      ``INSERT`` when a column's Spark type is not the column's own kind).
     - ``upsertkey``: column name(s); ``None`` takes the table's primary key.
     - A flush (one transaction, rows sorted by key) happens when ``batchsize``
       distinct keys are buffered or when the oldest buffered row is
@@ -365,6 +374,9 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
       interval, not a latency) or ``{"processingTime": "0 seconds"}``.
     - ``socket_timeout_s``: a read from Postgres waiting longer counts as a lost
       connection (reconnect and retry) instead of blocking the task forever.
+    - ``password_provider_class``: a Java class implementing
+      ``rtm_lakebase.jvm.PgPasswordProvider`` (on ``spark.jars``), asked for the
+      password (an OAuth token) at every new connection.
 
     Raises :class:`JvmSinkUnavailable` when the jar, the JDBC driver or py4j
     access is missing, ``ValueError`` for bad options. Delivery is at-least-once
@@ -377,7 +389,7 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     writer = build_jvm_writer(df.sparkSession, dsn=dsn, table=table, upsertkey=upsertkey, mode=mode,
                               version_column=version_column, schema=schema, skip_unchanged=skip_unchanged,
                               batchsize=batchsize, batchinterval_ms=batchinterval_ms, max_retries=max_retries,
-                              socket_timeout_s=socket_timeout_s)
+                              socket_timeout_s=socket_timeout_s, password_provider_class=password_provider_class)
     stream = df.writeStream
     stream._jwrite = stream._jwrite.foreach(writer)  # the Java sink replaces PySpark's Python foreach
     stream = (stream.outputMode(output_mode)
