@@ -46,6 +46,9 @@ def spark():
         pass
     session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
                             app_name="rtm-pack-tests", jars=jars or None)
+    # recentProgress keeps 100 batches by default; a quiet machine runs more than that in one test,
+    # and helpers that sum it (input rows, batch times) would lose the early ones.
+    session.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     yield session
     for query in session.streams.active:
         query.stop()

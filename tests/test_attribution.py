@@ -334,8 +334,8 @@ def scenario_run(spark, pg_dsn, tmp_path_factory):
             lab.wait_for_output(out, query, len(expected), keep=_not_warm_up)
             lab.wait_until(lambda: not any(lab.state_rows(spark, checkpoint).values()), query, 60,
                            "every window closed")
-            batches = len(query.recentProgress)
-            lab.wait_until(lambda: len(query.recentProgress) >= batches + 2, query, 90, "two more batches")
+            batch = query.lastProgress["batchId"]  # recentProgress keeps only the last 100 batches
+            lab.wait_until(lambda: query.lastProgress["batchId"] >= batch + 2, query, 90, "two more batches")
             operator = query.lastProgress["stateOperators"][0]["operatorName"]
         finally:
             query.stop()
@@ -417,8 +417,8 @@ def test_many_keys_match_the_reference(spark, pg_dsn, pg_conn, table_name, tmp_p
                             keep=_not_warm_up)
         feed(late, requests, acks)
         lab.wait_for_output(out, query, len(expected), keep=_not_warm_up)
-        batches = len(query.recentProgress)
-        lab.wait_until(lambda: len(query.recentProgress) >= batches + 2, query, 90, "two more batches")
+        batch = query.lastProgress["batchId"]  # recentProgress keeps only the last 100 batches
+        lab.wait_until(lambda: query.lastProgress["batchId"] >= batch + 2, query, 90, "two more batches")
     finally:
         query.stop()
     from pack_lab.file_sink import read_rows
@@ -491,8 +491,8 @@ def test_restart_from_the_checkpoint_loses_and_doubles_no_pair(spark, pg_dsn, pg
         lab.wait_for_output(out, query, len(expected), keep=_not_warm_up)
         lab.wait_until(lambda: not any(lab.state_rows(spark, checkpoint).values()), query,
                        window_ms / 1000 + 60, "every window closed")
-        batches = len(query.recentProgress)
-        lab.wait_until(lambda: len(query.recentProgress) >= batches + 2, query, 90, "two more batches")
+        batch = query.lastProgress["batchId"]  # recentProgress keeps only the last 100 batches
+        lab.wait_until(lambda: query.lastProgress["batchId"] >= batch + 2, query, 90, "two more batches")
     finally:
         query.stop()
     assert restart_s < window_ms / 1000 / 2, f"restart took {restart_s:.0f} s: windows may have closed"
