@@ -101,6 +101,9 @@ final class PgColumnTypes {
         }
     }
 
+    /** Whether lower() folds more than A-Z under the database's collation (the same text as sink/statements.py). */
+    static final String FOLDS_UNICODE_QUERY = "SELECT lower('\u00c0\u00c9\u00ce') = '\u00e0\u00e9\u00ee'";
+
     /** The table's columns in order (empty when there is no such table); names are cut as Postgres cuts them. */
     static LinkedHashMap<String, Column> describe(Connection conn, String table, String schema) throws SQLException {
         LinkedHashMap<String, Column> found = new LinkedHashMap<>();

@@ -35,7 +35,7 @@ import pytest
 from psycopg import sql
 
 from rtm_lakebase.sink import BadRowError, PostgresForeachWriter, SinkSettings
-from rtm_lakebase.sink.statements import COLUMNS_QUERY
+from rtm_lakebase.sink.statements import COLUMNS_QUERY, FOLDS_UNICODE_QUERY
 
 SESSION_TZ, EXECUTOR_TZ, PG_TZ = "Asia/Kolkata", "America/New_York", "Europe/Berlin"
 MODES = ("upsert", "insert_ignore", "append")
@@ -413,3 +413,9 @@ def test_both_sinks_run_the_same_catalog_query():
     java_query = "".join(re.findall(r'\+ "((?:[^"\\]|\\.)*)"', block)).replace("\\n", "\n")
     python_query = COLUMNS_QUERY.replace("%(table)s", "?").replace("%(schema)s", "CAST(? AS text)")
     assert java_query.split() == python_query.split()
+
+
+def test_both_sinks_ask_the_same_case_folding_question():
+    java = (ROOT / "rtm_lakebase" / "jvm" / "PgColumnTypes.java").read_text()
+    literal = re.search(r'FOLDS_UNICODE_QUERY = "((?:[^"\\]|\\.)*)"', java).group(1)
+    assert literal.encode().decode("unicode_escape") == FOLDS_UNICODE_QUERY

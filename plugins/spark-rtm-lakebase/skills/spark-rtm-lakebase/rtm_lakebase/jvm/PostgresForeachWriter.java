@@ -170,6 +170,8 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private transient String[] columns;
     private transient int[] fieldIndex;
     private transient int[] keyIndex;
+    private transient int[] keyForm;               // per key: how Postgres compares it (KEY_*)
+    private transient boolean foldUnicode;         // citext: lower() folds more than A-Z here
     private transient int versionIndex;
     private transient String statement;
     private transient String copyStatement;        // mode=append when every column is COPY-safe, else null
@@ -439,6 +441,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         columns = null;
         fieldIndex = null;
         keyIndex = null;
+        keyForm = null;
         versionIndex = -1;
         statement = null;
         rowsReceived = rowsWritten = flushes = flushesByTimer = retries = copyFlushes = 0;
@@ -487,13 +490,51 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         return oldV == null || compareValues(newV, oldV) > 0;
     }
 
+    private static final int KEY_AS_IS = 0;
+    private static final int KEY_NO_TRAILING_SPACES = 1;  // char(n): trailing spaces do not count
+    private static final int KEY_FOLD_ASCII = 2;          // citext under the "C" collation
+    private static final int KEY_FOLD = 3;                // citext where lower() folds more than A-Z
+
+    private int keyForm(String baseType) {
+        if (baseType.equals("character")) {
+            return KEY_NO_TRAILING_SPACES;
+        }
+        if (baseType.equals("citext")) {
+            return foldUnicode ? KEY_FOLD : KEY_FOLD_ASCII;
+        }
+        return KEY_AS_IS;
+    }
+
+    /** The key as Postgres compares it: keys one to Postgres are one in the buffer (the last wins). */
     private List<Object> keyOf(Object[] values) {
         Object[] key = new Object[keyIndex.length];
         for (int i = 0; i < keyIndex.length; i++) {
             Object v = values[keyIndex[i]];
+            if (v instanceof String && keyForm[i] != KEY_AS_IS) {
+                v = keyText((String) v, keyForm[i]);
+            }
             key[i] = v instanceof byte[] ? ByteBuffer.wrap((byte[]) v) : v;
         }
         return Arrays.asList(key);
+    }
+
+    private static String keyText(String v, int form) {
+        if (form == KEY_NO_TRAILING_SPACES) {
+            int end = v.length();
+            while (end > 0 && v.charAt(end - 1) == ' ') {
+                end--;
+            }
+            return v.substring(0, end);
+        }
+        if (form == KEY_FOLD) {
+            return v.toLowerCase(java.util.Locale.ROOT);
+        }
+        StringBuilder b = new StringBuilder(v.length());
+        for (int i = 0; i < v.length(); i++) {
+            char c = v.charAt(i);
+            b.append(c >= 'A' && c <= 'Z' ? (char) (c + 32) : c);
+        }
+        return b.toString();
     }
 
     private int compareKeys(Object[] a, Object[] b) {
@@ -573,8 +614,10 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                     + " are not among the written columns " + colList);
             }
             keyIndex = new int[keyColumns.size()];
+            keyForm = new int[keyIndex.length];
             for (int i = 0; i < keyIndex.length; i++) {
                 keyIndex[i] = colList.indexOf(keyColumns.get(i));
+                keyForm[i] = keyForm(tableColumns.get(keyColumns.get(i)).baseType);
             }
         }
         if (versionColumn != null) {
@@ -744,6 +787,17 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 conn.rollback();
                 throw new PostgresSinkException("table " + target() + " has no primary key: set upsertkey (mode="
                     + mode + " needs a unique key for ON CONFLICT)");
+            }
+        }
+        foldUnicode = true;
+        for (String k : keyColumns) {
+            PgColumnTypes.Column c = found.get(k);
+            if (c != null && c.baseType.equals("citext")) {
+                try (PreparedStatement ps = conn.prepareStatement(PgColumnTypes.FOLDS_UNICODE_QUERY);
+                     ResultSet rs = ps.executeQuery()) {
+                    foldUnicode = rs.next() && rs.getBoolean(1);
+                }
+                break;
             }
         }
         conn.rollback();  // end the catalog transaction

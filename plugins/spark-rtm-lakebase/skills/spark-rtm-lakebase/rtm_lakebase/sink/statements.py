@@ -133,6 +133,10 @@ def split_table_name(name: str) -> tuple[str | None, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
 
 
+#: Whether lower() folds more than A-Z under the database's collation ("C": ASCII only); asked once when a
+#: key column is citext, whose keys compare case-folded. The JVM sink (PgColumnTypes.java) runs the same text.
+FOLDS_UNICODE_QUERY = "SELECT lower('\u00c0\u00c9\u00ce') = '\u00e0\u00e9\u00ee'"
+
 # --8<-- [start:columns_query]
 #: One row per column: name, full type, the cast that never narrows, how to compare it. The JVM sink
 #: (rtm_lakebase/jvm/PgColumnTypes.java) runs the same text; tests/sink/test_type_matrix.py checks both.

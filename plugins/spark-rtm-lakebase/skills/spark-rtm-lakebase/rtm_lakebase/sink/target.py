@@ -28,6 +28,7 @@ from rtm_lakebase.sink.metrics import SinkMetrics
 from rtm_lakebase.sink.rows import ValueChecks
 from rtm_lakebase.sink.settings import SinkSettings
 from rtm_lakebase.sink.statements import (
+    FOLDS_UNICODE_QUERY,
     ColumnInfo,
     TableNotFound,
     copy_statement,
@@ -40,6 +41,7 @@ from rtm_lakebase.sink.statements import (
 )
 
 log = logging.getLogger("rtm_lakebase.sink.writer")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 class PostgresTarget:
@@ -58,6 +60,7 @@ class PostgresTarget:
         self._checks: ValueChecks | None = None
         self._diagnosis: FlushDiagnosis | None = None
         self._key_idx: tuple[int, ...] = ()
+        self._fold_unicode = True
 
     # -- open / close -------------------------------------------------------------
     def open(self) -> None:
@@ -97,6 +100,9 @@ class PostgresTarget:
             raise SinkError(f"key column(s) {unknown} not in table {self.description}")
         if self.version_column and self.version_column not in self.table_columns:
             raise SinkError(f"version_column {self.version_column!r} not in table {self.description}")
+        if any(self.table_columns[k].base_type == "citext" for k in self.key_columns):
+            # citext folds case as lower() does under the database's collation: ASCII only under "C"
+            self._fold_unicode = bool(conn.execute(FOLDS_UNICODE_QUERY).fetchone()[0])
 
     # -- the statement, once the columns are known ------------------------------------
     def prepare(self, columns: tuple[str, ...]) -> None:
@@ -164,15 +170,18 @@ class PostgresTarget:
 
         ``char(n)`` ignores trailing spaces and ``citext`` case, so ``'abc'`` and
         ``'abc  '`` are one key: the buffer keeps one row for them (the last, or the
-        first in insert_ignore mode), as writing them one after the other would.
+        first in insert_ignore mode), as writing them one after the other would. Case
+        folds as the database's ``lower()`` does (ASCII only under the "C" collation).
         """
         forms: dict[str, Callable[[Any], Any]] = {}
         for k in self.key_columns:
             base = self.table_columns[k].base_type
             if base == "character":
                 forms[k] = lambda v: v.rstrip(" ") if type(v) is str else v
-            elif base == "citext":
+            elif base == "citext" and self._fold_unicode:
                 forms[k] = lambda v: v.lower() if type(v) is str else v
+            elif base == "citext":  # "C" collation: only A-Z fold, so 'É' and 'é' stay two keys
+                forms[k] = lambda v: v.translate(_ASCII_LOWER) if type(v) is str else v
         return forms
 
     def transport(self, column: str, value: Any) -> Any:
