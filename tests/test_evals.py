@@ -257,6 +257,24 @@ def test_eval_run_with_a_fake_agent_runs_trials_of_both_arms_and_compares(tmp_pa
     assert "[eval] with-skill trial 1 1/20 route-batch-delta" in proc.stderr  # progress on stderr
 
 
+
+def test_eval_grade_resume_keeps_reports_of_unchanged_trials_and_regrades_changed_ones(tmp_path):
+    agent = f"{sys.executable} {FAKE_AGENT} {{prompt_file}} {{answer_dir}}"
+    out = tmp_path / "out"
+    tasks = "num-task-slots,route-plain-postgres"
+    proc = run_cli("eval", "run", "--agent", agent, "--tasks", tasks, "--trials", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    # Trial 2 of the with-skill arm gets a wrong answer after its report was written: only it is graded again.
+    (out / "with-skill" / "2" / "num-task-slots" / "answer.json").write_text('{"source_tasks": 1, "required_slots": 1, "workers": 1}')
+    proc = run_cli("eval", "grade", str(out), "--tasks", tasks, "--resume")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("reusing") == 3 and "grading with-skill trial 2" in proc.stderr
+    rows = {t["name"]: t for t in json.loads((out / "_report" / "comparison.json").read_text())["per_task"]}
+    assert rows["num-task-slots"]["with_skill"]["passed"] == 1  # the regraded trial fails, the kept one passes
+    # Without --resume every trial is graded again.
+    proc = run_cli("eval", "grade", str(out), "--tasks", tasks)
+    assert "reusing" not in proc.stderr and proc.stderr.count("grading ") >= 4
+
 def test_eval_run_without_an_agent_prepares_prompt_folders_for_assistants(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("eval", "run", "--trials", "3", "--tasks", "num-task-slots,explain-e2e-latency", "--out", str(out))

@@ -14,6 +14,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g = sub.add_parser("grade", help="grade a folder of answers (DIR/<task name>/) against evals/evals.json")
     g.add_argument("dir", help="folder holding one sub-folder per task, or a run folder <arm>/<trial>/<task>/")
     g.add_argument("--skill-commit", help="the commit of the skill the answers were made with (written into the comparison)")
+    g.add_argument("--resume", action="store_true",
+                   help="run folder: keep a trial's report when no answer file changed since it was written")
     _common(g)
     r = sub.add_parser("run", help="write prompt folders for both arms and N trials; with --agent also run it and grade")
     r.add_argument("--agent",
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if not folder.is_dir():
             raise UsageError(f"{args.dir}: not a folder of answers")
         if is_trial_layout(folder):
-            result = grade_run(folder, tasks, only, log=_log, skill_commit=args.skill_commit)
+            result = grade_run(folder, tasks, only, log=_log, skill_commit=args.skill_commit, resume=args.resume)
             print(json.dumps(result, indent=2) if args.format == "json" else
                   markdown_table(result, args.skill_commit) + f"\nreports: {' '.join(result['files'])}")
             return 0

@@ -174,9 +174,27 @@ def run_trials(template: str | None, tasks: dict, only: list[str] | None, trials
     return grade_run(out, tasks, only, log=log)
 
 
+def _reusable_report(report_dir: Path, trial_dir: Path, only: list[str]) -> dict | None:
+    """A trial's earlier report, if it graded the same tasks and no answer file changed since it was written."""
+    path = report_dir / "report.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        written = path.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    if sorted(t.get("name") for t in report.get("tasks", [])) != sorted(only):
+        return None
+    newest = max((f.stat().st_mtime for f in trial_dir.rglob("*") if f.is_file()), default=0.0)
+    return report if newest < written else None
+
+
 def grade_run(folder: Path, tasks: dict, only: list[str] | None = None, log: Callable[[str], None] = lambda _m: None,
-              skill_commit: str | None = None) -> dict:
-    """Grade every ``<arm>/<trial>/`` folder; write per-trial reports and the comparison (JSON + Markdown)."""
+              skill_commit: str | None = None, resume: bool = False) -> dict:
+    """Grade every ``<arm>/<trial>/`` folder; write per-trial reports and the comparison (JSON + Markdown).
+
+    ``resume``: a trial whose report is newer than all its answer files and covers the same tasks is not
+    graded again (a long run graded trial by trial as the assistants finish).
+    """
     from .trials import ARMS as T_ARMS
     from .trials import compare_trials, skill_read, trial_folders, write_comparison
 
@@ -190,10 +208,15 @@ def grade_run(folder: Path, tasks: dict, only: list[str] | None = None, log: Cal
         for arm, trial_dirs in trial_folders(folder).items():
             reports[arm] = []
             for tdir in trial_dirs:
-                log(f"grading {arm} trial {tdir.name}")
-                r = grade_dir(tdir, tasks, only, ctx=ctx, log=log)
-                r["trial"] = tdir.name
-                write_reports(r, folder / "_report" / arm / tdir.name)
+                report_dir = folder / "_report" / arm / tdir.name
+                r = _reusable_report(report_dir, tdir, only) if resume else None
+                if r is not None:
+                    log(f"{arm} trial {tdir.name}: reusing {report_dir / 'report.json'} (no answer changed since)")
+                else:
+                    log(f"grading {arm} trial {tdir.name}")
+                    r = grade_dir(tdir, tasks, only, ctx=ctx, log=log)
+                    r["trial"] = tdir.name
+                    write_reports(r, report_dir)
                 reports[arm].append(r)
                 if arm == T_ARMS[0]:
                     read[arm] = read.get(arm, {})
