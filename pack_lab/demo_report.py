@@ -85,7 +85,7 @@ def overall_ok(results: list[PathResult]) -> bool:
 def write_report(results: list[PathResult], options: DemoOptions, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {
-        "demo": "rtm-three-ways",
+        "demo": "rtm-lakebase-paths",
         "options": {k: v for k, v in asdict(options).items() if k != "output_dir"},
         "ok": overall_ok(results),
         "paths": [dict(asdict(res), ok=res.ok) for res in results],
