@@ -212,6 +212,7 @@ def grade_run(folder: Path, tasks: dict, only: list[str] | None = None, log: Cal
                 r = _reusable_report(report_dir, tdir, only) if resume else None
                 if r is not None:
                     log(f"{arm} trial {tdir.name}: reusing {report_dir / 'report.json'} (no answer changed since)")
+                    r["trial"] = tdir.name  # a report written by `eval grade <trial folder> --out <report_dir>`
                 else:
                     log(f"grading {arm} trial {tdir.name}")
                     r = grade_dir(tdir, tasks, only, ctx=ctx, log=log)
