@@ -355,3 +355,19 @@ def test_behaviour_graders_fail_wrong_answers_without_the_rules(name, variant, n
     check = next(c for c in task["checks"] if c["kind"] == "spark")
     outcome = run_check(check, Answer(ANSWERS / "wrong" / name / variant), spark_verdicts)
     assert not outcome.passed and not outcome.error and needle in outcome.evidence, outcome
+
+
+def test_code_patterns_skip_comments_and_docstrings_but_not_strings_the_code_passes(tmp_path):
+    from skillcheck.evals.checks import Answer, absent
+
+    spec = {"code": True, "files": ["solution.py"], "patterns": [["[\"']\\s*\\d+\\s*ms\\s*[\"']", "N ms"]]}
+    (tmp_path / "solution.py").write_text(
+        '"""Not "100ms": it fails (é before it on the line)."""\n'
+        'x = "é"  # nor "5 ms"\n'
+        'def f(q):\n    """Nor \'7ms\'."""\n    return q.trigger(processingTime="5 seconds")\n', encoding="utf-8")
+    assert absent(Answer(tmp_path), spec).passed
+    (tmp_path / "solution.py").write_text('x = "é"; y = "100ms"  # in code\n', encoding="utf-8")
+    outcome = absent(Answer(tmp_path), spec)
+    assert not outcome.passed and "'\"100ms\"'" in outcome.evidence
+    (tmp_path / "solution.py").write_text('def f(:\n    return "100ms"  # does not parse: lines still read\n')
+    assert not absent(Answer(tmp_path), spec).passed

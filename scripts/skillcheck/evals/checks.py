@@ -9,8 +9,10 @@ not a second copy of the rules.
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,22 +195,56 @@ def _pattern_list(spec_value) -> list[tuple[str, str]]:
 
 
 def _scope_text(answer: Answer, spec: dict) -> str:
+    """The text the patterns are matched against; with ``code`` only what Python runs (see _code_only)."""
     files = spec.get("files")
-    if files:
-        return "\n".join(t for t in (answer.text(f) for f in files) if t)
-    return answer.all_text()
+    names = files if files else (sorted(p.name for p in answer.folder.iterdir() if p.is_file())[:MAX_ANSWER_FILES]
+                                 if answer.folder.is_dir() else [])
+    texts = [(n, t) for n, t in ((n, answer.text(n)) for n in names) if t]
+    if spec.get("code"):
+        return "\n".join(_code_only(t) if n.endswith(".py") else _strip_comments(t) for n, t in texts)
+    return "\n".join(t for _, t in texts)
 
 
 def _strip_comments(text: str) -> str:
+    """Not Python (or not parseable): drop what follows a ``#`` on lines that do not start with a quote."""
     return "\n".join(line.split("#", 1)[0] if not line.lstrip().startswith(("'", '"')) else line
                      for line in text.splitlines())
 
 
+def _code_only(source: str) -> str:
+    """Python source with comments and docstrings (any string standing alone as a statement) blanked.
+
+    An answer that explains in a docstring or comment why ``"100ms"`` or ``trigger(realTime=...)`` is
+    wrong must not fail a check that forbids it in code; string literals the code passes stay.
+    """
+    try:
+        tree = ast.parse(source)
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError):
+        return _strip_comments(source)
+    lines = source.splitlines(keepends=True)
+    spans: list = [((t.start[0], t.start[1]), (t.end[0], t.end[1])) for t in tokens if t.type == tokenize.COMMENT]
+
+
+    def char_col(ln: int, byte_col: int) -> int:  # ast counts UTF-8 bytes, tokenize characters
+        return len(lines[ln - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    spans += [((n.lineno, char_col(n.lineno, n.col_offset)), (n.end_lineno, char_col(n.end_lineno, n.end_col_offset)))
+              for n in ast.walk(tree)
+              if isinstance(n, ast.Expr) and isinstance(n.value, (ast.Constant, ast.JoinedStr))
+              and (isinstance(n.value, ast.JoinedStr) or isinstance(n.value.value, str))]
+    for (l0, c0), (l1, c1) in spans:
+        for ln in range(l0, l1 + 1):
+            line = lines[ln - 1]
+            start = c0 if ln == l0 else 0
+            end = c1 if ln == l1 else len(line.rstrip("\n"))
+            lines[ln - 1] = line[:start] + " " * (end - start) + line[end:]
+    return "".join(lines)
+
+
 def absent(answer: Answer, spec: dict) -> Outcome:
-    """None of the patterns occurs (in code: comments ignored)."""
+    """None of the patterns occurs (with ``code``: comments and docstrings ignored)."""
     text = _scope_text(answer, spec)
-    if spec.get("code"):
-        text = _strip_comments(text)
     for regex, label in _pattern_list(spec["patterns"]):
         m = re.search(regex, text, re.I | re.M)
         if m:
@@ -217,10 +253,8 @@ def absent(answer: Answer, spec: dict) -> Outcome:
 
 
 def present(answer: Answer, spec: dict) -> Outcome:
-    """Every pattern occurs."""
+    """Every pattern occurs (with ``code``: in code, not in comments or docstrings)."""
     text = _scope_text(answer, spec)
-    if spec.get("code"):
-        text = _strip_comments(text)
     for regex, label in _pattern_list(spec["patterns"]):
         if not re.search(regex, text, re.I | re.M):
             return Outcome("present", False, f"missing: {label}")
