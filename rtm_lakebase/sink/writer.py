@@ -71,6 +71,7 @@ class PostgresForeachWriter:
         self._layout: RowLayout | None = None
         self._flusher: Flusher | None = None
         self._interrupt: WorkerInterrupt | None = None
+        self._hook = self.settings.on_failure
         self.partition_id: int | None = None
         self.epoch_id: int | None = None
         self.metrics = SinkMetrics()
@@ -137,8 +138,20 @@ class PostgresForeachWriter:
         self._layout = layout
         self._flusher = Flusher(buffer, target.write, s.max_batch_rows, s.max_dwell_ms,
                                 name=f"pg-sink-flusher-p{self.partition_id}",
-                                on_failure=self._interrupt.fire if self._interrupt else None)
+                                on_failure=self._failed if self._interrupt or s.on_failure else None)
         return self._flusher
+
+    def _failed(self, error: BaseException) -> None:
+        """Called by the flusher thread once a flush failed for good, then every 0.5 s until close()."""
+        hook, self._hook = self._hook, None
+        if hook is not None:  # the user's watch, called once (see SinkSettings.on_failure)
+            try:
+                hook(str(error))
+            except Exception as exc:
+                log.warning("postgres sink: on_failure raised %r; the flush's error stands", exc)
+        interrupt = self._interrupt
+        if interrupt is not None:
+            interrupt.fire(error)
 
 
 # --8<-- [start:start_query]
