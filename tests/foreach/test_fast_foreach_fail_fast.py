@@ -102,19 +102,19 @@ def test_stock_foreach_calls_on_failure_at_once_while_the_query_still_runs(
         spark, pg_dsn, pg_conn, table_name, tmp_path, checkpoint):
     """Stock foreach cannot be told before the batch ends; the writer's on_failure hook is told at once."""
     make_table(pg_conn, table_name)
-    app = f"ff-{uuid.uuid4().hex[:8]}"
     seen = tmp_path / "failures.txt"
     settings = SinkSettings(table=table_name, max_dwell_ms=20, max_retries=0,
                             on_failure=functools.partial(append_line, str(seen)))
     source = RealTimeMemorySource(spark, SCHEMA, num_partitions=1)
-    writer = PostgresForeachWriter(f"{pg_dsn} application_name={app}", settings)
-    query = (source.dataframe().writeStream.foreach(writer).outputMode("update")
+    query = (source.dataframe().writeStream.foreach(PostgresForeachWriter(pg_dsn, settings)).outputMode("update")
              .option("checkpointLocation", checkpoint).trigger(**LONG_BATCH).start())
     try:
-        wait_until(lambda: _sessions(pg_conn, app), query, 120, "the writer's open()")  # the task is running
+        # Bursts big enough that stock foreach's batches (1, 2, 4... rows) pass its 64 KB send buffer
+        # and reach the worker now, not at the batch end.
+        source.add([{"id": i, "version": 1, "name": "n" * 15} for i in range(3000)])
+        wait_until(lambda: table_rows(pg_conn, table_name), query, 120, "the first rows")
         pg_conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table_name)))
-        # Enough rows that stock foreach's batches pass its 64 KB send buffer and reach the worker now.
-        source.add([{"id": i, "version": 1, "name": "n" * 40} for i in range(3000)])
+        source.add([{"id": i, "version": 2, "name": "n" * 15} for i in range(3000)])
         wait_until(seen.exists, query, PROMPT, "the on_failure hook")
         # The hook ran while the query still looks healthy: stock foreach reports it at the batch end.
         assert query.isActive and query.exception() is None
