@@ -209,3 +209,39 @@ def test_outside_a_spark_task_nothing_is_installed_and_the_error_waits_for_the_n
 def test_on_failure_must_be_callable():
     with pytest.raises(ValueError, match="on_failure must be a function"):
         SinkSettings(table="t", on_failure="page me")
+
+
+def test_the_alert_example_posts_the_failed_flush_to_a_webhook_at_once(pg_dsn, pg_conn, table_name):
+    import http.server
+    import json
+
+    from examples.failed_flush_alert import alerting_writer
+
+    posted: list[dict] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    make_table(pg_conn, table_name)
+    w = alerting_writer(pg_dsn, table_name, f"http://127.0.0.1:{server.server_port}/hook")
+    try:
+        w.open(0, 0)
+        pg_conn.execute(f'DROP TABLE "{table_name}"')
+        w.process(row(1))  # the timer flush fails (100 ms); retries cannot help a missing table
+        deadline = time.monotonic() + 10
+        while not posted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(posted) == 1 and "does not exist" in posted[0]["text"], posted
+        assert posted[0]["text"].startswith("Lakebase sink stopped writing: ")
+    finally:
+        w.close(RuntimeError("task failed"))
+        server.shutdown()
+        server.server_close()
