@@ -16,7 +16,7 @@ query's exception (``query.exception()`` set), and says whether the exception na
 
 Run::
 
-    nice -n 10 .venv/bin/python benchmarks/flush_failure_delay.py           # ~7 min (one 5-minute batch)
+    nice -n 10 .venv/bin/python benchmarks/flush_failure_delay.py           # ~11 min (two 5-minute batches for stock foreach)
     nice -n 10 .venv/bin/python benchmarks/flush_failure_delay.py --quick   # 30 s trigger, ~1.5 min
 
 Results go to ``benchmarks/results/flush_failure_delay.json`` (``--output`` to change it).
