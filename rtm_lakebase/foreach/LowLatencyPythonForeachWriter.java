@@ -204,6 +204,11 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     if (failed != null) {
       throw LowLatencyPythonForeachWriter.<RuntimeException>sneakyThrow(failed);
     }
+    if (feed.cut()) {  // never drop rows silently, even if a worker behaves in a way not foreseen
+      throw new IllegalStateException("fast Python foreach: the Python worker answered before its input "
+          + "ended, without an error, so rows after that point were not delivered; this Spark's worker "
+          + "protocol is not the one this writer was built for: use writeStream.foreach(writer)");
+    }
   }
 
   /** PySpark's runner for a foreach writer, with the per-batch flush switched on. */
@@ -332,6 +337,7 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     private static final long WATCH_NANOS = 100_000_000L;  // how often a waiting feed looks at the worker
     private final AtomicLong added = new AtomicLong();
     private volatile boolean ended;
+    private volatile boolean cut;  // the input was ended because the worker wrote first
     private volatile Thread waiter;
     private volatile PythonWorker worker;
     private Selector selector;  // the feeding thread's, on the worker's channel; null until it waits
@@ -339,6 +345,10 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
 
     long count() {
       return added.get();
+    }
+
+    boolean cut() {
+      return cut;
     }
 
     void added() {
@@ -373,6 +383,7 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
       try {
         while (added.get() <= taken && !ended) {
           if (workerSpoke()) {
+            cut = true;
             return false;
           }
           LockSupport.parkNanos(this, WATCH_NANOS);

@@ -47,7 +47,10 @@ class WorkerInterrupt:
         """A handler when called on the main thread of a Spark task, else None."""
         if threading.current_thread() is not threading.main_thread() or not in_spark_task():
             return None
-        return cls()
+        try:
+            return cls()
+        except (ValueError, OSError):  # signals unavailable here (not the main interpreter...)
+            return None
 
     def fire(self, error: BaseException) -> None:
         """Called by the flusher thread (repeatedly) once a flush failed for good."""
@@ -58,7 +61,8 @@ class WorkerInterrupt:
     def remove(self) -> None:
         """Disarm and restore the previous handler (a signal still pending is dropped)."""
         self._armed = False
-        signal.signal(signal.SIGINT, self._previous)
+        previous = self._previous
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         error = self._error
