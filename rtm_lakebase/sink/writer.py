@@ -10,6 +10,7 @@ NOTHING``) and ``"append"`` (``COPY``). Its parts, one job each:
 - :mod:`~rtm_lakebase.sink.rows` — rows matched to columns by name; values checked per flush;
 - :mod:`~rtm_lakebase.sink.buffer` — one row per key, handed over sorted by key;
 - :mod:`~rtm_lakebase.sink.flusher` — the thread that writes full and old buffers;
+- :mod:`~rtm_lakebase.sink.interrupt` — in a Spark task, a failed flush raised in the worker at once;
 - :mod:`~rtm_lakebase.sink.target` — connection, statement, one flush with retries;
 - :mod:`~rtm_lakebase.sink.errors` and :mod:`~rtm_lakebase.sink.diagnosis` — what a
   failure is and which row caused it.
