@@ -7,13 +7,16 @@ query's exception (``query.exception()`` set), and says whether the exception na
 
 - JVM sink: the flusher interrupts the task thread when a flush fails for good, so the task (and
   the query) fails within seconds, whatever the trigger.
-- Python sink (PySpark ``foreach``): Spark's ``PythonForeachWriter`` keeps the Python worker's
+- Python writer, fast foreach path (``rtm_lakebase.foreach.start_foreach_query``): the writer makes
+  the Python worker raise the error at once (``rtm_lakebase/sink/interrupt.py``) and the JVM writer,
+  seeing the worker's error, interrupts the task thread: within seconds, whatever the trigger.
+- Python writer, stock ``foreach``: Spark's ``PythonForeachWriter`` keeps the Python worker's
   error until the long batch ends (its ``close()``), so the query fails at the batch end; the
   writer logs the error at ERROR at once. The delay is what is left of the long batch.
 
 Run::
 
-    nice -n 10 .venv/bin/python benchmarks/flush_failure_delay.py           # ~6 min (one 5-minute batch)
+    nice -n 10 .venv/bin/python benchmarks/flush_failure_delay.py           # ~11 min (two 5-minute batches for stock foreach)
     nice -n 10 .venv/bin/python benchmarks/flush_failure_delay.py --quick   # 30 s trigger, ~1.5 min
 
 Results go to ``benchmarks/results/flush_failure_delay.json`` (``--output`` to change it).
@@ -36,6 +39,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "flush_failure_delay.json"
 DEFAULT_TRIGGER = "5 minutes"
+#: jvm: the JVM sink; python-fast: the Python writer on the fast foreach path; python: on stock foreach.
+SINKS = ("jvm", "python-fast", "python")
 
 
 def say(message: str) -> None:
@@ -58,16 +63,21 @@ def measure(spark, conn, dsn: str, sink: str, trigger: str, checkpoint_root: str
     from psycopg import sql
 
     from pack_lab.rtm_lab import RealTimeMemorySource
+    from rtm_lakebase.foreach import start_foreach_query
     from rtm_lakebase.jvm import start_jvm_sink_query
     from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
-    table = f"ffd_{sink}_{uuid.uuid4().hex[:6]}"
+    table = f"ffd_{sink.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
     conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, name text)").format(sql.Identifier(table)))
     source = RealTimeMemorySource(spark, "id BIGINT, name STRING", num_partitions=1)
     checkpoint = f"{checkpoint_root}/{table}"
     if sink == "jvm":
         query = start_jvm_sink_query(source.dataframe(), dsn=dsn, table=table, checkpoint_location=checkpoint,
                                      trigger={"realTime": trigger}, batchinterval_ms=20, max_retries=0)
+    elif sink == "python-fast":
+        writer = PostgresForeachWriter(dsn, SinkSettings(table=table, max_dwell_ms=20, max_retries=0))
+        query = start_foreach_query(source.dataframe(), writer, checkpoint_location=checkpoint,
+                                    trigger={"realTime": trigger})
     else:
         writer = PostgresForeachWriter(dsn, SinkSettings(table=table, max_dwell_ms=20, max_retries=0))
         query = (source.dataframe().writeStream.foreach(writer).outputMode("update")
@@ -102,12 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 30 s trigger instead of the default 5 minutes")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--sinks", default="jvm,python", help="comma-separated: jvm, python")
+    parser.add_argument("--sinks", default=",".join(SINKS), help=f"comma-separated: {', '.join(SINKS)}")
     args = parser.parse_args(argv)
     trigger = "30 seconds" if args.quick else DEFAULT_TRIGGER
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
-    if not sinks or set(sinks) - {"jvm", "python"}:
-        print(f"flush_failure_delay: --sinks takes jvm and/or python, got {args.sinks!r}", file=sys.stderr)
+    if not sinks or set(sinks) - set(SINKS):
+        print(f"flush_failure_delay: --sinks takes {', '.join(SINKS)}, got {args.sinks!r}", file=sys.stderr)
         return 2
 
     import logging
@@ -116,12 +126,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from pack_lab.local_postgres import postgres_dsn
     from pack_lab.rtm_lab import build_session
+    from rtm_lakebase.foreach import FastForeachUnavailable, foreach_jars
     from rtm_lakebase.jvm import JvmSinkUnavailable, jvm_sink_jars
 
     logging.getLogger("rtm_lakebase").setLevel(logging.CRITICAL)
     try:
-        jars = jvm_sink_jars()
-    except JvmSinkUnavailable as exc:
+        jars = jvm_sink_jars() + foreach_jars()
+    except (JvmSinkUnavailable, FastForeachUnavailable) as exc:
         print(f"flush_failure_delay: {exc}", file=sys.stderr)
         return 2
     results = []
@@ -140,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
               "trigger": trigger, "results": results}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'sink':<8} {'trigger':<12} {'failure→exception':>18} {'names cause':>12}")
+    print(f"{'sink':<12} {'trigger':<12} {'failure→exception':>18} {'names cause':>12}")
     for r in results:
-        print(f"{r['sink']:<8} {r['trigger']:<12} {r['seconds_to_exception']:>16.1f} s {str(r['exception_names_cause']):>12}")
+        print(f"{r['sink']:<12} {r['trigger']:<12} {r['seconds_to_exception']:>16.1f} s "
+              f"{str(r['exception_names_cause']):>12}")
     say(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}")
     return 0
 

@@ -16,6 +16,11 @@ The writer is unchanged: an object with ``open(partition_id, epoch_id)`` /
 Python function exactly as ``DataStreamWriter.foreach`` builds it, and run by
 the same Python worker protocol. The session needs the writer's jar on its
 classpath from the start (``spark.jars``; :func:`foreach_jars` gives it).
+
+One thing differs from stock ``foreach`` on purpose: an error the Python worker
+reports while no row is coming (``PostgresForeachWriter`` raises a flush that
+failed for good at once) fails the task within seconds, where stock ``foreach``
+reads it only when the long real-time batch ends.
 """
 
 from __future__ import annotations

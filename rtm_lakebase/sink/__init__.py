@@ -2,7 +2,8 @@
 
 One module per job: :mod:`~rtm_lakebase.sink.writer` (the writer),
 :mod:`~rtm_lakebase.sink.settings` (its knobs), :mod:`~rtm_lakebase.sink.rows`,
-:mod:`~rtm_lakebase.sink.buffer`, :mod:`~rtm_lakebase.sink.flusher`,
+:mod:`~rtm_lakebase.sink.buffer`, :mod:`~rtm_lakebase.sink.flusher` (with
+:mod:`~rtm_lakebase.sink.interrupt`),
 :mod:`~rtm_lakebase.sink.target`, :mod:`~rtm_lakebase.sink.statements` (the SQL),
 :mod:`~rtm_lakebase.sink.errors`, :mod:`~rtm_lakebase.sink.diagnosis` and
 :mod:`~rtm_lakebase.sink.metrics`. The names a user needs are imported here;

@@ -8,7 +8,10 @@ is written even when no row follows (under real-time mode ``close()`` only
 comes at the end of a long batch).
 
 Any error of the thread, whatever it is, is kept and raised by the next
-``add()`` and by ``finish()``; after it nothing more is written. ``finish()``
+``add()`` and by ``finish()``; after it nothing more is written. It is logged
+at ERROR at once, and ``on_failure(error)``, if given, is called at once and
+every half second until ``finish()``/``abort()`` (the writer uses it to make
+the Python worker report the error now: :mod:`~rtm_lakebase.sink.interrupt`). ``finish()``
 writes what is left and raises if any row was not written; ``abort()`` drops
 what is not yet being written. No row leaves the buffer without being
 written or an exception being raised.
@@ -30,7 +33,8 @@ log = logging.getLogger(__name__)
 
 class Flusher:
     def __init__(self, buffer: RowBuffer, write: Callable[[list[tuple], bool], None],
-                 max_batch_rows: int, max_dwell_ms: int, name: str):
+                 max_batch_rows: int, max_dwell_ms: int, name: str,
+                 on_failure: Callable[[BaseException], None] | None = None):
         self.buffer = buffer
         self._write = write  # write(batch, by_timer); raises on failure
         self._max_rows = max_batch_rows
@@ -40,6 +44,7 @@ class Flusher:
         self._queue: deque[tuple[list[tuple], bool]] = deque()  # [0] is being written
         self._stopping = False
         self.error: BaseException | None = None
+        self._on_failure = on_failure
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
 
@@ -107,10 +112,25 @@ class Flusher:
                 if self.error is None:
                     self.error = exc
                 self._cond.notify_all()
-            # Spark's Python foreach reports a worker's error only when the long batch ends (close()):
-            # this line is the prompt signal (see the reference's failure semantics).
-            log.error("postgres sink: flush failed; nothing more is written, and the query fails when this "
-                      "batch ends (the next process() or close() raises it): %s", exc)
+            log.error("postgres sink: flush failed; nothing more is written, and the task fails with this error "
+                      "(within seconds on the fast foreach path; under stock foreach when this batch ends): %s",
+                      exc)
+            if self._on_failure is not None:
+                self._report(exc)
+
+    def _report(self, exc: BaseException) -> None:
+        """Call on_failure now and every 0.5 s until finish()/abort() (the receiver may defer it)."""
+        while True:
+            try:
+                self._on_failure(exc)
+            except Exception as hook_error:  # never let reporting hide the flush's own error
+                log.warning("postgres sink: could not report the failed flush at once: %r", hook_error)
+                return
+            with self._cond:
+                if not self._stopping:
+                    self._cond.wait(0.5)
+                if self._stopping:
+                    return
 
     def _loop(self) -> None:
         dwell = self._dwell

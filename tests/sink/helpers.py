@@ -66,3 +66,30 @@ class CrashingWriter:
 
     def close(self, error):
         self.inner.close(error)
+
+
+class PidRecordingWriter:
+    """Wraps a writer; writes the Python worker's process id to ``pid_file`` in ``open()``. Picklable."""
+
+    def __init__(self, inner, pid_file: str):
+        self.inner = inner
+        self.pid_file = pid_file
+
+    def open(self, partition_id, epoch_id):
+        import os
+
+        with open(self.pid_file, "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+        return self.inner.open(partition_id, epoch_id)
+
+    def process(self, row):
+        self.inner.process(row)
+
+    def close(self, error):
+        self.inner.close(error)
+
+
+def append_line(path: str, text: str) -> None:
+    """An ``on_failure`` hook for tests: append ``text`` to the file ``path`` (bind it with functools.partial)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text.replace("\n", " ") + "\n")

@@ -22,6 +22,19 @@
  *      as it is pickled instead of waiting for 64 KB.
  *   3. If the writer thread has already ended with an error (e.g. the worker's socket broke),
  *      the next process() throws it instead of buffering more rows for nobody until close().
+ *   4. Failing fast. Stock PySpark reads the worker's output (where an exception arrives) on the
+ *      same thread that feeds it rows, and that thread blocks while it waits for the next row,
+ *      so on a quiet stream a worker's exception sits unread until the batch ends. Here, while
+ *      it waits for rows, the feeding thread also watches the worker's socket (its own
+ *      selector on the worker's channel, taken in newWriter): when the worker writes before
+ *      its input ended, which for a foreach writer is only an exception or a crash, it ends
+ *      the input so the runner reads the error at once. When the writer thread then ends with
+ *      that error before close(), it interrupts the task thread (captured in open()), so the
+ *      task and the query fail within seconds, not at the end of the long real-time batch;
+ *      the engine calls close(error), which throws the worker's error (Spark attaches it to the
+ *      task's failure), so the query's message names the cause. The pack's
+ *      PostgresForeachWriter makes its worker raise a flush that failed for good at once
+ *      (rtm_lakebase/sink/interrupt.py); any writer whose worker raises gets the same.
  * It extends PythonForeachWriter so Spark hands it UnsafeRows exactly as it does the stock
  * writer (ForeachWriterTable checks for that class); it overrides open/process/close and never
  * uses the parent's internals.
@@ -32,10 +45,14 @@
 package rtm_lakebase.foreach;
 
 import java.io.File;
+import java.io.IOException;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.List;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 
 import net.razorvine.pickle.Pickler;
 import org.apache.spark.JobArtifactSet;
@@ -44,7 +61,9 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.python.ChainedPythonFunctions;
 import org.apache.spark.api.python.PythonFunction;
+import org.apache.spark.api.python.BasePythonRunner;
 import org.apache.spark.api.python.PythonRunner;
+import org.apache.spark.api.python.PythonWorker;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.python.EvaluatePython;
 import org.apache.spark.sql.execution.python.streaming.PythonForeachWriter;
@@ -55,6 +74,8 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.NextIterator;
 import org.apache.spark.util.TaskCompletionListener;
 import org.apache.spark.util.Utils;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import scala.Option;
 import scala.collection.AbstractIterator;
 import scala.collection.Iterator;
@@ -62,6 +83,7 @@ import scala.jdk.javaapi.CollectionConverters;
 
 public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
   private static final long serialVersionUID = 1L;
+  private static final Logger LOG = LoggerFactory.getLogger(LowLatencyPythonForeachWriter.class);
 
   /** Defaults for the batch caps (the stock pickler aims at about 1 MB per batch). */
   public static final int DEFAULT_MAX_BATCH_ROWS = 4096;
@@ -75,8 +97,12 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
 
   // Per task, set in open().
   private transient PythonForeachWriter.UnsafeRowBuffer buffer;
-  private transient AtomicLong added;
+  private transient Feed feed;
   private transient WriterThread writerThread;
+  private transient Object lock;
+  private transient Thread taskThread;        // interrupted when the writer thread fails before close()
+  private transient boolean closing;          // guarded by lock
+  private transient boolean interruptedTask;  // guarded by lock
 
   public LowLatencyPythonForeachWriter(PythonFunction func, StructType schema) {
     this(func, schema, DEFAULT_MAX_BATCH_ROWS, DEFAULT_MAX_BATCH_BYTES);
@@ -115,13 +141,21 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
         context.taskMemoryManager(), new File(Utils.getLocalDir(SparkEnv.get().conf())),
         schema.fields().length);
     buffer = rows;
-    added = new AtomicLong();
-    Iterator<byte[]> input = new AvailableRowsPickler(rows.iterator(), added, schema, maxBatchRows,
+    Feed rowsFeed = new Feed();
+    feed = rowsFeed;
+    Iterator<byte[]> input = new AvailableRowsPickler(rows.iterator(), rowsFeed, schema, maxBatchRows,
         maxBatchBytes);
-    Iterator<byte[]> output = newRunner().compute(input, context.partitionId(), context);
-    writerThread = new WriterThread(output);
+    Iterator<byte[]> output = newRunner(rowsFeed).compute(input, context.partitionId(), context);
+    lock = new Object();
+    taskThread = Thread.currentThread();
+    closing = false;
+    interruptedTask = false;
+    writerThread = new FailFastWriterThread(output, this::writerFailed);
     writerThread.start();
-    context.addTaskCompletionListener((TaskCompletionListener) ctx -> rows.close());
+    context.addTaskCompletionListener((TaskCompletionListener) ctx -> {
+      rowsFeed.closeWatch();
+      rows.close();
+    });
     return true;
   }
 
@@ -132,12 +166,34 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
       throw LowLatencyPythonForeachWriter.<RuntimeException>sneakyThrow(failed);
     }
     buffer.add(value);
-    added.incrementAndGet();
+    feed.added();
+  }
+
+  /** The writer thread ended with an error before close(): fail the task now (point 4 above). */
+  private void writerFailed(Throwable failed) {
+    synchronized (lock) {
+      if (closing || taskThread == null) {
+        return;  // close() is running: it throws the error itself
+      }
+      String message = String.valueOf(failed.getMessage());
+      LOG.error("fast Python foreach: the Python writer failed; failing the task now: {}",
+          message.length() > 2000 ? message.substring(0, 2000) + "..." : message);
+      interruptedTask = true;
+      taskThread.interrupt();
+    }
   }
 
   @Override
   public void close(Throwable errorOrNull) {
+    synchronized (lock) {
+      closing = true;
+      if (interruptedTask && Thread.currentThread() == taskThread) {
+        Thread.interrupted();  // our interrupt did its job; do not let it break the join below
+      }
+      taskThread = null;
+    }
     buffer.allRowsAdded();
+    feed.ended();
     try {
       writerThread.join();
     } catch (InterruptedException e) {
@@ -148,10 +204,15 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     if (failed != null) {
       throw LowLatencyPythonForeachWriter.<RuntimeException>sneakyThrow(failed);
     }
+    if (feed.cut()) {  // never drop rows silently, even if a worker behaves in a way not foreseen
+      throw new IllegalStateException("fast Python foreach: the Python worker answered before its input "
+          + "ended, without an error, so rows after that point were not delivered; this Spark's worker "
+          + "protocol is not the one this writer was built for: use writeStream.foreach(writer)");
+    }
   }
 
   /** PySpark's runner for a foreach writer, with the per-batch flush switched on. */
-  private PythonRunner newRunner() {
+  private PythonRunner newRunner(Feed rowsFeed) {
     SQLConf conf = SQLConf.get();
     Option<String> exec = conf.pysparkWorkerPythonExecutable();
     final String pythonExec = exec.isDefined() ? exec.get() : func.pythonExec();
@@ -222,6 +283,14 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
       public long timelyFlushTimeoutNanos() {
         return 0L;
       }
+
+      // Point 4: the worker whose socket the rows feed watches while it waits.
+      @Override
+      public BasePythonRunner<byte[], byte[]>.Writer newWriter(SparkEnv env, PythonWorker worker,
+          Iterator<byte[]> inputIterator, int partitionIndex, TaskContext context) {
+        rowsFeed.watch(worker);
+        return super.newWriter(env, worker, inputIterator, partitionIndex, context);
+      }
     };
   }
 
@@ -240,6 +309,125 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     throw (T) t;
   }
 
+  /** Spark's WriterThread, telling the writer when it ends with an error. */
+  static final class FailFastWriterThread extends WriterThread {
+    private final java.util.function.Consumer<Throwable> onFailure;
+
+    FailFastWriterThread(Iterator<byte[]> output, java.util.function.Consumer<Throwable> onFailure) {
+      super(output);
+      this.onFailure = onFailure;
+    }
+
+    @Override
+    public void run() {
+      super.run();
+      Throwable failed = _exception();
+      if (failed != null) {
+        onFailure.accept(failed);
+      }
+    }
+  }
+
+  /**
+   * Between the task thread (process, close) and the feeding thread (the pickler): how many rows
+   * were added, whether all were, and the Python worker, whose socket the feeding thread watches
+   * while it waits for rows (point 4).
+   */
+  static final class Feed {
+    private static final long WATCH_NANOS = 100_000_000L;  // how often a waiting feed looks at the worker
+    private final AtomicLong added = new AtomicLong();
+    private volatile boolean ended;
+    private volatile boolean cut;  // the input was ended because the worker wrote first
+    private volatile Thread waiter;
+    private volatile PythonWorker worker;
+    private Selector selector;  // the feeding thread's, on the worker's channel; null until it waits
+    private boolean watchBroken;
+
+    long count() {
+      return added.get();
+    }
+
+    boolean cut() {
+      return cut;
+    }
+
+    void added() {
+      added.incrementAndGet();
+      Thread t = waiter;
+      if (t != null) {
+        LockSupport.unpark(t);
+      }
+    }
+
+    void ended() {
+      ended = true;
+      Thread t = waiter;
+      if (t != null) {
+        LockSupport.unpark(t);
+      }
+    }
+
+    void watch(PythonWorker w) {
+      worker = w;
+    }
+
+    /**
+     * Waits until a row was added beyond {@code taken} or all rows were added (true), or the worker
+     * wrote to its socket first (false: it failed; end the input so its error is read now).
+     */
+    boolean awaitRows(long taken) {
+      if (added.get() > taken || ended) {
+        return true;
+      }
+      waiter = Thread.currentThread();
+      try {
+        while (added.get() <= taken && !ended) {
+          if (workerSpoke()) {
+            cut = true;
+            return false;
+          }
+          LockSupport.parkNanos(this, WATCH_NANOS);
+        }
+        return true;
+      } finally {
+        waiter = null;
+      }
+    }
+
+    /** True when the worker wrote something (or closed its socket): for a foreach, an error. */
+    private synchronized boolean workerSpoke() {
+      PythonWorker w = worker;
+      if (w == null || watchBroken) {
+        return false;
+      }
+      try {
+        if (selector == null) {
+          selector = Selector.open();
+          w.channel().register(selector, SelectionKey.OP_READ);
+        }
+        return selector.selectNow() > 0;
+      } catch (IOException | RuntimeException e) {
+        watchBroken = true;  // e.g. a blocking channel: no fast failure, the batch end reports it
+        LOG.warn("fast Python foreach: cannot watch the Python worker ({}); a writer error shows "
+            + "at the batch end", e.toString());
+        closeWatch();
+        return false;
+      }
+    }
+
+    synchronized void closeWatch() {
+      watchBroken = true;
+      if (selector != null) {
+        try {
+          selector.close();
+        } catch (IOException ignored) {
+          // closing our own selector: nothing to do
+        }
+        selector = null;
+      }
+    }
+  }
+
   /**
    * Pickles the rows that are available: blocks for the first row only, then takes rows
    * already in the buffer until a cap is reached. One element = one pickled batch (a list of
@@ -247,7 +435,7 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
    */
   static final class AvailableRowsPickler extends AbstractIterator<byte[]> {
     private final NextIterator<UnsafeRow> rows;
-    private final AtomicLong added;
+    private final Feed feed;
     private final StructType schema;
     private final int maxRows;
     private final long maxBytes;
@@ -256,10 +444,10 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     private final ArrayList<Object> batch = new ArrayList<>();
     private long taken;
 
-    AvailableRowsPickler(NextIterator<UnsafeRow> rows, AtomicLong added, StructType schema,
+    AvailableRowsPickler(NextIterator<UnsafeRow> rows, Feed feed, StructType schema,
                          int maxRows, long maxBytes) {
       this.rows = rows;
-      this.added = added;
+      this.feed = feed;
       this.schema = schema;
       this.maxRows = maxRows;
       this.maxBytes = maxBytes;
@@ -268,7 +456,8 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
 
     @Override
     public boolean hasNext() {
-      return rows.hasNext();  // blocks until a row is buffered or all rows were added
+      // Waits until a row is buffered or all rows were added; false at once if the worker failed.
+      return feed.awaitRows(taken) && rows.hasNext();
     }
 
     @Override
@@ -279,7 +468,7 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
         taken++;
         bytes += row.getSizeInBytes();
         batch.add(converter.toJava(row, schema));
-      } while (batch.size() < maxRows && bytes < maxBytes && added.get() - taken > 0);
+      } while (batch.size() < maxRows && bytes < maxBytes && feed.count() - taken > 0);
       try {
         return pickler.dumps(batch.toArray());
       } catch (java.io.IOException e) {

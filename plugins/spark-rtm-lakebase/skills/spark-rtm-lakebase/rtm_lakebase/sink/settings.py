@@ -6,6 +6,7 @@ limits), so a wrong setting fails on the driver, before the query starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -32,6 +33,7 @@ class SinkSettings:
     max_retries: int = 6                    # lost connections / lock conflicts retried before giving up
     backoff_initial_ms: int = 250           # first retry delay; doubles, with jitter
     backoff_max_ms: int = 5000              # cap of one retry delay
+    on_failure: Callable[[str], None] | None = None  # called once, on the executor, when a flush fails for good
 # --8<-- [end:sink_settings]
 
     def __post_init__(self) -> None:
@@ -57,3 +59,5 @@ class SinkSettings:
             raise ValueError("max_dwell_ms must not be negative (0 disables time-based flushes)")
         if self.max_retries < 0 or self.backoff_initial_ms < 0 or self.backoff_max_ms < 0:
             raise ValueError("retry settings must not be negative")
+        if self.on_failure is not None and not callable(self.on_failure):
+            raise ValueError(f"on_failure must be a function of one str (the error), got {self.on_failure!r}")

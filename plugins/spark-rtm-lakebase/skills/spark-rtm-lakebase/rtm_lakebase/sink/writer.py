@@ -10,6 +10,7 @@ NOTHING``) and ``"append"`` (``COPY``). Its parts, one job each:
 - :mod:`~rtm_lakebase.sink.rows` — rows matched to columns by name; values checked per flush;
 - :mod:`~rtm_lakebase.sink.buffer` — one row per key, handed over sorted by key;
 - :mod:`~rtm_lakebase.sink.flusher` — the thread that writes full and old buffers;
+- :mod:`~rtm_lakebase.sink.interrupt` — in a Spark task, a failed flush raised in the worker at once;
 - :mod:`~rtm_lakebase.sink.target` — connection, statement, one flush with retries;
 - :mod:`~rtm_lakebase.sink.errors` and :mod:`~rtm_lakebase.sink.diagnosis` — what a
   failure is and which row caused it.
@@ -28,6 +29,7 @@ from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_s
 from rtm_lakebase.sink.buffer import RowBuffer
 from rtm_lakebase.sink.errors import SinkError
 from rtm_lakebase.sink.flusher import Flusher
+from rtm_lakebase.sink.interrupt import WorkerInterrupt
 from rtm_lakebase.sink.metrics import SinkMetrics
 from rtm_lakebase.sink.rows import RowLayout
 from rtm_lakebase.sink.settings import SinkSettings
@@ -69,6 +71,8 @@ class PostgresForeachWriter:
         self._target: PostgresTarget | None = None
         self._layout: RowLayout | None = None
         self._flusher: Flusher | None = None
+        self._interrupt: WorkerInterrupt | None = None
+        self._hook = self.settings.on_failure
         self.partition_id: int | None = None
         self.epoch_id: int | None = None
         self.metrics = SinkMetrics()
@@ -87,6 +91,7 @@ class PostgresForeachWriter:
         target = PostgresTarget(self.connection, self.settings, self.metrics)
         target.open()
         self._target, self._state = target, "open"
+        self._interrupt = WorkerInterrupt.install()  # in a Spark task: report a failed flush at once
         return True
 
     def process(self, row: Any) -> None:
@@ -104,6 +109,9 @@ class PostgresForeachWriter:
             return
         self._state = "closed"
         flusher, self._flusher = self._flusher, None
+        interrupt, self._interrupt = self._interrupt, None
+        if interrupt is not None:
+            interrupt.remove()
         try:
             if flusher is not None and error is None:
                 flusher.finish()
@@ -130,8 +138,21 @@ class PostgresForeachWriter:
                            key_forms=target.key_forms())
         self._layout = layout
         self._flusher = Flusher(buffer, target.write, s.max_batch_rows, s.max_dwell_ms,
-                                name=f"pg-sink-flusher-p{self.partition_id}")
+                                name=f"pg-sink-flusher-p{self.partition_id}",
+                                on_failure=self._failed if self._interrupt or s.on_failure else None)
         return self._flusher
+
+    def _failed(self, error: BaseException) -> None:
+        """Called by the flusher thread once a flush failed for good, then every 0.5 s until close()."""
+        hook, self._hook = self._hook, None
+        if hook is not None:  # the user's watch, called once (see SinkSettings.on_failure)
+            try:
+                hook(str(error))
+            except Exception as exc:
+                log.warning("postgres sink: on_failure raised %r; the flush's error stands", exc)
+        interrupt = self._interrupt
+        if interrupt is not None:
+            interrupt.fire(error)
 
 
 # --8<-- [start:start_query]
