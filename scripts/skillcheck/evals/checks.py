@@ -278,7 +278,9 @@ def rubric(answer: Answer, spec: dict) -> Outcome:
         alternatives = group if isinstance(group, list) else [group]
         if not any(re.search(a, text, re.I) for a in alternatives):
             return Outcome("rubric", False, f"does not mention {' / '.join(alternatives)}")
-    negation = re.compile(r"\b(?:not|no|never|isn't|aren't|doesn't|don't|rather than|instead of|myth|wrong)\b", re.I)
+    negation = re.compile(r"\b(?:not|no|none|neither|nor|never|cannot|can't|isn't|aren't|doesn't|don't|won't|"
+                          r"wasn't|without|excludes?|excluding|omits?|leaves? out|rather than|instead of|myth|wrong)\b",
+                          re.I)
     for sentence in _SENTENCE_RE.split(text):
         for regex, label in _pattern_list(spec.get("wrong", [])):
             m = re.search(regex, sentence, re.I)
@@ -294,8 +296,14 @@ def numbers(answer: Answer, spec: dict) -> Outcome:
     data = answer.json(spec["file"])
     if not isinstance(data, dict):
         return Outcome("numbers", False, f"{spec['file']} missing or not a JSON object")
-    want = getattr(expected_values, spec["expected"])()
-    tol = float(spec.get("tolerance", 0))
+    wanted = getattr(expected_values, spec["expected"])()
+    # a list: each reading the prompt allows (the first is the one shown when none matches)
+    outcomes = [_numbers_match(data, want, float(spec.get("tolerance", 0)))
+                for want in (wanted if isinstance(wanted, list) else [wanted])]
+    return next((o for o in outcomes if o.passed), outcomes[0])
+
+
+def _numbers_match(data: dict, want: dict, tol: float) -> Outcome:
     for key, value in want.items():
         got = data.get(key)
         if isinstance(value, bool):
