@@ -32,6 +32,8 @@ class SinkSettings:
     max_retries: int = 6                    # lost connections / lock conflicts retried before giving up
     backoff_initial_ms: int = 250           # first retry delay; doubles, with jitter
     backoff_max_ms: int = 5000              # cap of one retry delay
+    connection_max_age_s: float = 1800      # a task's connection serves the next tasks of its Python
+                                            # worker until this old; 0 → a new connection per task
 # --8<-- [end:sink_settings]
 
     def __post_init__(self) -> None:
@@ -57,3 +59,6 @@ class SinkSettings:
             raise ValueError("max_dwell_ms must not be negative (0 disables time-based flushes)")
         if self.max_retries < 0 or self.backoff_initial_ms < 0 or self.backoff_max_ms < 0:
             raise ValueError("retry settings must not be negative")
+        if not isinstance(self.connection_max_age_s, (int, float)) or isinstance(self.connection_max_age_s, bool) \
+                or not 0 <= self.connection_max_age_s < float("inf"):
+            raise ValueError("connection_max_age_s must be a number of seconds, at least 0 (0: no reuse)")
