@@ -120,6 +120,16 @@ def test_a_connection_older_than_the_max_age_is_closed_not_reused(pg_dsn, pg_con
     wait_backends(pg_conn, off.application_name, 0)
 
 
+def test_an_idle_connection_past_its_age_is_closed_even_if_no_task_comes(pg_dsn, pg_conn):
+    s = settings_for(pg_dsn)
+    pool = ConnectionPool(reap_every_s=0.2)
+    conn = pool.connect(s, max_age_s=0.5)
+    pool.give_back(s, conn, max_age_s=0.5)
+    assert len(backends(pg_conn, s.application_name)) == 1
+    wait_backends(pg_conn, s.application_name, 0)  # closed by the pool's sweep, no take() needed
+    assert pool.stats().closed_old == 1 and pool.stats().idle == 0
+
+
 def test_the_pool_keeps_at_most_max_idle_connections_per_target(pg_dsn, pg_conn, table_name):
     make_table(pg_conn, table_name)
     s = settings_for(pg_dsn)
