@@ -103,14 +103,14 @@ def run_once(spark, path: str, source: str, schema, dsn: str, table: str, checkp
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=None, help="rows per run (default 400,000; quick 20,000)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds after a warm-up (default 3; quick 1)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds after a warm-up (default 7; quick 1)")
     parser.add_argument("--batchsize", type=int, default=1000, help="rows per flush (the sink's default 1,000)")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the speed")
     parser.add_argument("--dsn", default=None, help="Postgres DSN (default: $PG_DSN or a throwaway server)")
     parser.add_argument("--out", default=str(DEFAULT_OUTPUT), help="where to write the JSON results")
     args = parser.parse_args(argv)
     rows = args.rows if args.rows is not None else (20_000 if args.quick else 400_000)
-    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 7)
     if rows < 1 or rounds < 1 or args.batchsize < 1:
         fail("--rows, --rounds and --batchsize must be positive")
 
