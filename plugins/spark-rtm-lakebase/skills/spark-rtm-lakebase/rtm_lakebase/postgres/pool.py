@@ -16,7 +16,9 @@ pool mirrors the JVM sink's per-executor pool (``rtm_lakebase/jvm/PgConnector.ja
   outside any transaction (one left in a transaction is rolled back when given back);
   a dead one is closed and the next tried, then a new one opened;
 - aged out: an idle connection opened more than ``max_age_s`` ago is closed instead of
-  reused (OAuth tokens rotate; a login is the only place Lakebase checks one);
+  reused (OAuth tokens rotate; a login is the only place Lakebase checks one), and a
+  daemon thread closes idle ones past that age every ``reap_every_s`` (30 s) even when no
+  task comes to take them (a worker the scheduler stopped sending sink tasks to);
 - closed at process exit (``atexit``). Spark's daemon ends a forked worker with
   ``os._exit``, which skips ``atexit``; the kernel then closes the sockets and
   Postgres ends those sessions at once. A forked child forgets, without closing, the
@@ -73,21 +75,27 @@ class PoolStats:
     idle: int
 
 
-class _Idle:
-    __slots__ = ("conn", "opened_at")
+#: Seconds between two sweeps of the thread that closes idle connections past their age.
+REAP_EVERY_S = 30.0
 
-    def __init__(self, conn: psycopg.Connection, opened_at: float):
-        self.conn, self.opened_at = conn, opened_at
+
+class _Idle:
+    __slots__ = ("conn", "opened_at", "max_age_s")
+
+    def __init__(self, conn: psycopg.Connection, opened_at: float, max_age_s: float):
+        self.conn, self.opened_at, self.max_age_s = conn, opened_at, max_age_s
 
 
 class ConnectionPool:
     """Idle autocommit connections, per connection settings, for the tasks of one process."""
 
     def __init__(self, max_idle: int = MAX_IDLE, clock: Callable[[], float] = time.monotonic,
-                 opener: Callable[[ConnectionSettings], psycopg.Connection] | None = None):
+                 opener: Callable[[ConnectionSettings], psycopg.Connection] | None = None,
+                 reap_every_s: float = REAP_EVERY_S):
         if max_idle < 0:
             raise ValueError("max_idle must not be negative")
-        self.max_idle, self._clock = max_idle, clock
+        self.max_idle, self._clock, self.reap_every_s = max_idle, clock, reap_every_s
+        self._reaper: threading.Thread | None = None
         self._open = opener or (lambda settings: connect(settings, autocommit=True))
         self._lock = threading.Lock()
         self._idle: dict[str, deque[_Idle]] = {}
@@ -173,9 +181,36 @@ class ConnectionPool:
         with self._lock:
             queue = self._idle.setdefault(key, deque())
             if len(queue) < self.max_idle:
-                queue.appendleft(_Idle(conn, opened_at))  # most recently used first: the others age out
+                queue.appendleft(_Idle(conn, opened_at, max_age_s))  # most recently used first
+                self._start_reaper()
                 return
         self._drop(conn, "closed_full")
+
+    def reap(self) -> int:
+        """Close the idle connections past their maximum age; how many."""
+        now = self._clock()
+        with self._lock:
+            old = [item for queue in self._idle.values() for item in queue if now - item.opened_at > item.max_age_s]
+            for queue in self._idle.values():
+                for item in old:
+                    if item in queue:
+                        queue.remove(item)
+        for item in old:
+            self._drop(item.conn, "closed_old")
+        return len(old)
+
+    def _start_reaper(self) -> None:  # called with the lock held
+        if self._reaper is None or not self._reaper.is_alive():
+            self._reaper = threading.Thread(target=self._reap_forever, name="pg-pool-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap_forever(self) -> None:
+        while True:
+            time.sleep(self.reap_every_s)
+            try:
+                self.reap()
+            except Exception:  # never let the sweep die on one bad close
+                log.debug("pool sweep failed", exc_info=True)
 
     def discard(self, conn: psycopg.Connection | None) -> None:
         """Close a connection that must not be reused (its task failed)."""
@@ -206,6 +241,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._idle = {}
         self._opened_at = weakref.WeakKeyDictionary()
+        self._reaper = None  # threads do not survive a fork
 
     def stats(self) -> PoolStats:
         with self._lock:
@@ -251,4 +287,4 @@ atexit.register(POOL.close_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POOL.forget_inherited)
 
-__all__ = ["MAX_AGE_S", "MAX_IDLE", "POOL", "ConnectionPool", "PoolStats", "alive"]
+__all__ = ["MAX_AGE_S", "MAX_IDLE", "POOL", "REAP_EVERY_S", "ConnectionPool", "PoolStats", "alive"]
