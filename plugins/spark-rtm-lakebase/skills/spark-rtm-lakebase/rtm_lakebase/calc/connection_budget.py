@@ -104,7 +104,8 @@ def sink_connections(sink_tasks: int, rerun_tasks: int = 0, jvm_executors: int =
     """Connections to plan for the sinks, for ``check_connection_budget(sink_tasks=...)``.
 
     Measured on the lab's standalone cluster (``benchmarks/soak.py``, ``pg_stat_activity``
-    sampled through faults): one connection per running sink task, for both writers.
+    sampled through faults): one connection per running sink task, for both writers,
+    plus the connections each keeps between tasks.
     ``rerun_tasks``: tasks that can be re-run at once after a lost executor or a failed
     flush; a re-run attempt connects before Postgres has dropped the lost attempt's
     connection, so each counts twice for a while. ``jvm_executors``: executors running
