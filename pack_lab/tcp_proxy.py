@@ -21,6 +21,15 @@ import time
 def _reset(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    _end(sock)
+
+
+def _end(sock: socket.socket) -> None:
+    """Close ``sock`` for real. ``close()`` alone does not end a socket another thread is blocked in
+    ``recv()`` on (that call keeps it alive): the connection would stay open with no owner, and
+    Postgres would keep an idle session for it. ``shutdown(SHUT_RD)`` wakes that ``recv()``."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
 
@@ -80,8 +89,7 @@ class TcpProxy:
             with self._lock:
                 self._pairs.discard(pair)
             for sock in pair:
-                with contextlib.suppress(OSError):
-                    sock.close()
+                _end(sock)
 
     @property
     def open_connections(self) -> int:

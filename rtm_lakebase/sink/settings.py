@@ -34,6 +34,8 @@ class SinkSettings:
     backoff_initial_ms: int = 250           # first retry delay; doubles, with jitter
     backoff_max_ms: int = 5000              # cap of one retry delay
     on_failure: Callable[[str], None] | None = None  # called once, on the executor, when a flush fails for good
+    connection_max_age_s: float = 1800      # a task's connection serves the next tasks of its Python
+                                            # worker until this old; 0 → a new connection per task
 # --8<-- [end:sink_settings]
 
     def __post_init__(self) -> None:
@@ -61,3 +63,6 @@ class SinkSettings:
             raise ValueError("retry settings must not be negative")
         if self.on_failure is not None and not callable(self.on_failure):
             raise ValueError(f"on_failure must be a function of one str (the error), got {self.on_failure!r}")
+        if not isinstance(self.connection_max_age_s, (int, float)) or isinstance(self.connection_max_age_s, bool) \
+                or not 0 <= self.connection_max_age_s < float("inf"):
+            raise ValueError("connection_max_age_s must be a number of seconds, at least 0 (0: no reuse)")

@@ -2,7 +2,9 @@
 
 ``PostgresForeachWriter(connection, SinkSettings(...))`` is a PySpark
 ``foreach`` writer (``open``/``process``/``close``) for real-time mode and
-micro-batch queries. One connection per task, opened in ``open()``; modes
+micro-batch queries. One connection per task, taken in ``open()`` from the Python
+worker's pool (:mod:`~rtm_lakebase.postgres.pool`: a task that ended well gave it
+back, else a new one) and given back by a ``close()`` without error; modes
 ``"upsert"`` (``INSERT … ON CONFLICT DO UPDATE`` from unnest arrays, skipping
 no-op updates, optional version guard), ``"insert_ignore"`` (``ON CONFLICT DO
 NOTHING``) and ``"append"`` (``COPY``). Its parts, one job each:
@@ -42,7 +44,8 @@ class PostgresForeachWriter:
     """A picklable ``foreach`` writer: ``PostgresForeachWriter(connection, SinkSettings(table=...))``.
 
     ``connection``: :class:`ConnectionSettings` or a DSN string. Only these two
-    travel to the executors; a fresh copy is opened per task.
+    travel to the executors; each task connects there (or takes the connection an
+    earlier task of its Python worker gave back).
     """
 
     def __init__(self, connection: ConnectionSettings | str, settings: SinkSettings):
@@ -112,14 +115,16 @@ class PostgresForeachWriter:
         interrupt, self._interrupt = self._interrupt, None
         if interrupt is not None:
             interrupt.remove()
+        ended_well = False
         try:
             if flusher is not None and error is None:
                 flusher.finish()
             elif flusher is not None:
                 flusher.abort()
+            ended_well = error is None
         finally:
-            if self._target is not None:
-                self._target.close()
+            if self._target is not None:  # a failed task's connection is closed, a good one kept
+                self._target.close(keep=ended_well)
             if flusher is not None:
                 self.metrics.rows_deduplicated = flusher.buffer.deduplicated
             log.info("postgres sink closed (partition=%s epoch=%s error=%s): %s", self.partition_id,

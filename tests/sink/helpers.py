@@ -93,3 +93,51 @@ def append_line(path: str, text: str) -> None:
     """An ``on_failure`` hook for tests: append ``text`` to the file ``path`` (bind it with functools.partial)."""
     with open(path, "a", encoding="utf-8") as f:
         f.write(text.replace("\n", " ") + "\n")
+
+
+class PoolRecordingWriter:
+    """Wraps a writer; after each task appends its process id, epoch and the process pool's counters to ``path``.
+
+    One task at a time runs in a Python worker, so a task's counters minus the
+    ``before`` of the first task of the same process are what this query's tasks did there.
+
+    Tells the connection-reuse tests which Python worker ran each task and what that
+    worker's pool (rtm_lakebase/postgres/pool.py) has opened and reused so far.
+    """
+
+    def __init__(self, inner, path: str):
+        self.inner, self.path = inner, path
+        self.epoch = None
+
+    def open(self, partition_id, epoch_id):
+        from rtm_lakebase.postgres.pool import POOL
+
+        self.epoch, self.before = epoch_id, POOL.stats()
+        return self.inner.open(partition_id, epoch_id)
+
+    def process(self, row):
+        self.inner.process(row)
+
+    def close(self, error):
+        import dataclasses
+        import json
+        import os
+
+        from rtm_lakebase.postgres.pool import POOL
+
+        try:
+            self.inner.close(error)
+        finally:
+            line = {"pid": os.getpid(), "epoch": self.epoch, "error": error is not None,
+                    **dataclasses.asdict(POOL.stats()),
+                    "before": dataclasses.asdict(self.before)}  # the process's counters when the task opened
+            with open(self.path, "a") as out:
+                out.write(json.dumps(line) + "\n")
+
+
+def pool_records(path) -> list[dict]:
+    import json
+    from pathlib import Path
+
+    file = Path(path)
+    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []

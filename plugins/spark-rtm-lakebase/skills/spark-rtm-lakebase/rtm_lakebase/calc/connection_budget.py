@@ -100,20 +100,26 @@ JVM_POOL_MAX_IDLE = 4
 
 # --8<-- [start:sink_connections]
 def sink_connections(sink_tasks: int, rerun_tasks: int = 0, jvm_executors: int = 0,
-                     jvm_pool_idle: int = 1) -> int:
+                     jvm_pool_idle: int = 1, python_idle_workers: int = 0) -> int:
     """Connections to plan for the sinks, for ``check_connection_budget(sink_tasks=...)``.
 
     Measured on the lab's standalone cluster (``benchmarks/soak.py``, ``pg_stat_activity``
-    sampled through faults): one connection per running sink task, for both writers.
+    sampled through faults): one connection per running sink task, for both writers,
+    plus the connections each keeps between tasks.
     ``rerun_tasks``: tasks that can be re-run at once after a lost executor or a failed
     flush; a re-run attempt connects before Postgres has dropped the lost attempt's
     connection, so each counts twice for a while. ``jvm_executors``: executors running
     the JVM sink; between tasks each keeps up to ``jvm_pool_idle`` idle connections
     (one per sink task slot it runs; at most :data:`JVM_POOL_MAX_IDLE`).
+    ``python_idle_workers``: Python worker processes that ran a Python writer task and
+    are not running one now (at most the task slots of the executors running it); each
+    keeps its connection for the next task (``SinkSettings.connection_max_age_s``).
     """
     for name, value in (("sink_tasks", sink_tasks), ("rerun_tasks", rerun_tasks),
-                        ("jvm_executors", jvm_executors), ("jvm_pool_idle", jvm_pool_idle)):
+                        ("jvm_executors", jvm_executors), ("jvm_pool_idle", jvm_pool_idle),
+                        ("python_idle_workers", python_idle_workers)):
         if value < 0:
             raise ValueError(f"{name} must not be negative, got {value}")
-    return sink_tasks + rerun_tasks + jvm_executors * min(jvm_pool_idle, JVM_POOL_MAX_IDLE)
+    return (sink_tasks + rerun_tasks + jvm_executors * min(jvm_pool_idle, JVM_POOL_MAX_IDLE)
+            + python_idle_workers)
 # --8<-- [end:sink_connections]

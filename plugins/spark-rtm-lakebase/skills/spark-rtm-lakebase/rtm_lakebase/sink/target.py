@@ -22,6 +22,7 @@ import psycopg
 from psycopg.adapt import PyFormat, Transformer
 
 from rtm_lakebase.postgres.connection import ConnectionSettings, connect, redact
+from rtm_lakebase.postgres.pool import POOL
 from rtm_lakebase.sink.diagnosis import FlushDiagnosis
 from rtm_lakebase.sink.errors import Failure, SinkConnectionError, SinkError, classify
 from rtm_lakebase.sink.metrics import SinkMetrics
@@ -71,9 +72,16 @@ class PostgresTarget:
             self.close()
             raise
 
-    def close(self) -> None:
+    def close(self, keep: bool = False) -> None:
+        """Close the connection, or with ``keep`` hand it to this process's pool for the next task."""
         conn, self.conn = self.conn, None
-        if conn is not None:
+        max_age = self.settings.connection_max_age_s
+        if conn is not None and max_age > 0:
+            if keep:
+                POOL.give_back(self.connection, conn, max_age)
+            else:
+                POOL.discard(conn)
+        elif conn is not None:
             try:
                 conn.close()
             except Exception:  # closing a broken connection must not hide the real error
@@ -81,7 +89,9 @@ class PostgresTarget:
 
     def _connect(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
-            self.conn = connect(self.connection, autocommit=True)
+            max_age = self.settings.connection_max_age_s
+            self.conn = (POOL.connect(self.connection, max_age) if max_age > 0
+                         else connect(self.connection, autocommit=True))
         return self.conn
 
     def _describe(self, conn: psycopg.Connection) -> None:
