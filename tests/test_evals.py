@@ -271,6 +271,12 @@ def test_eval_grade_resume_keeps_reports_of_unchanged_trials_and_regrades_change
     assert proc.stderr.count("reusing") == 3 and "grading with-skill trial 2" in proc.stderr
     rows = {t["name"]: t for t in json.loads((out / "_report" / "comparison.json").read_text())["per_task"]}
     assert rows["num-task-slots"]["with_skill"]["passed"] == 1  # the regraded trial fails, the kept one passes
+    # A report from other graders (another evals.json, grader or checker) is not reused.
+    report = out / "_report" / "without-skill" / "1" / "report.json"
+    data = json.loads(report.read_text())
+    report.write_text(json.dumps(dict(data, grader="0" * 16)))
+    proc = run_cli("eval", "grade", str(out), "--tasks", tasks, "--resume")
+    assert proc.stderr.count("reusing") == 3 and "grading without-skill trial 1" in proc.stderr
     # Without --resume every trial is graded again.
     proc = run_cli("eval", "grade", str(out), "--tasks", tasks)
     assert "reusing" not in proc.stderr and proc.stderr.count("grading ") >= 4

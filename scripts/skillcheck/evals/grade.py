@@ -147,6 +147,18 @@ def grade_task(task: dict, answer_dir: Path, ctx: Context) -> dict:
             "seconds": round(time.monotonic() - started, 1)}
 
 
+def grader_fingerprint(tasks: dict) -> str:
+    """What the grading depends on: the tasks, the graders' code, and the pack code they call (checker, calculators)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[3]
+    h = hashlib.sha256(json.dumps(tasks, sort_keys=True).encode())
+    for folder in (Path(__file__).parent, root / "rtm_lakebase" / "check", root / "rtm_lakebase" / "calc"):
+        for f in sorted(folder.rglob("*.py")):
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def grade_dir(folder: Path, tasks: dict, only: list[str] | None = None, ctx: Context | None = None,
               log: Callable[[str], None] = lambda _m: None) -> dict:
     own = ctx is None
@@ -169,7 +181,8 @@ def grade_dir(folder: Path, tasks: dict, only: list[str] | None = None, ctx: Con
         if own:
             ctx.close()
     passed = sum(r["passed"] for r in results)
-    return {"skill_name": tasks["skill_name"], "answers": str(folder), "tasks": results,
+    return {"skill_name": tasks["skill_name"], "answers": str(folder), "grader": grader_fingerprint(tasks),
+            "tasks": results,
             "summary": {"tasks": len(results), "passed": passed, "errors": sum(r["error"] for r in results),
                         "pass_rate": round(passed / len(results), 3) if results else 0.0}}
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .grade import ROOT, Context, grade_dir, write_reports
+from .grade import ROOT, Context, grade_dir, grader_fingerprint, write_reports
 
 SKILL_HOMES = (".claude/skills", ".agents/skills", ".codex/skills")
 from .trials import ARMS
@@ -174,15 +174,15 @@ def run_trials(template: str | None, tasks: dict, only: list[str] | None, trials
     return grade_run(out, tasks, only, log=log)
 
 
-def _reusable_report(report_dir: Path, trial_dir: Path, only: list[str]) -> dict | None:
-    """A trial's earlier report, if it graded the same tasks and no answer file changed since it was written."""
+def _reusable_report(report_dir: Path, trial_dir: Path, only: list[str], grader: str) -> dict | None:
+    """A trial's earlier report, if the same graders graded the same tasks and no answer file changed since."""
     path = report_dir / "report.json"
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
         written = path.stat().st_mtime
     except (OSError, ValueError):
         return None
-    if sorted(t.get("name") for t in report.get("tasks", [])) != sorted(only):
+    if sorted(t.get("name") for t in report.get("tasks", [])) != sorted(only) or report.get("grader") != grader:
         return None
     newest = max((f.stat().st_mtime for f in trial_dir.rglob("*") if f.is_file()), default=0.0)
     return report if newest < written else None
@@ -209,7 +209,7 @@ def grade_run(folder: Path, tasks: dict, only: list[str] | None = None, log: Cal
             reports[arm] = []
             for tdir in trial_dirs:
                 report_dir = folder / "_report" / arm / tdir.name
-                r = _reusable_report(report_dir, tdir, only) if resume else None
+                r = _reusable_report(report_dir, tdir, only, grader_fingerprint(tasks)) if resume else None
                 if r is not None:
                     log(f"{arm} trial {tdir.name}: reusing {report_dir / 'report.json'} (no answer changed since)")
                     r["trial"] = tdir.name  # a report written by `eval grade <trial folder> --out <report_dir>`
