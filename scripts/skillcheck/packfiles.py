@@ -10,7 +10,7 @@ from pathlib import Path
 #: the generated plugin folder (a copy of the skill, checked for drift as a whole: PLUG007) and the built
 #: package dist/ (gitignored; a stale one would be reported against sources that moved on).
 SKIP_DIRS = {"node_modules", "site", "__pycache__"}
-SKIP_PREFIXES = ("tests/validator/fixtures", "tests/check_files", "evals/answers", "plugins/", "dist/")
+SKIP_PREFIXES = ("tests/validator/fixtures", "tests/check_files", "evals/answers", "evals/results", "plugins/", "dist/")
 
 #: Folders of Python code that references may excerpt and link: the user's package
 #: (``rtm_lakebase``), the pack's own lab (``pack_lab``) and runnable examples.

@@ -200,6 +200,8 @@ def _scope_text(answer: Answer, spec: dict) -> str:
     names = files if files else (sorted(p.name for p in answer.folder.iterdir() if p.is_file())[:MAX_ANSWER_FILES]
                                  if answer.folder.is_dir() else [])
     texts = [(n, t) for n, t in ((n, answer.text(n)) for n in names) if t]
+    if spec.get("except_functions"):  # e.g. a variant the prompt allows, named for another platform
+        texts = [(n, _without_functions(t, spec["except_functions"]) if n.endswith(".py") else t) for n, t in texts]
     if spec.get("code"):
         return "\n".join(_code_only(t) if n.endswith(".py") else _strip_comments(t) for n, t in texts)
     return "\n".join(t for _, t in texts)
@@ -209,6 +211,21 @@ def _strip_comments(text: str) -> str:
     """Not Python (or not parseable): drop what follows a ``#`` on lines that do not start with a quote."""
     return "\n".join(line.split("#", 1)[0] if not line.lstrip().startswith(("'", '"')) else line
                      for line in text.splitlines())
+
+
+def _without_functions(source: str, name_regex: str) -> str:
+    """``source`` with the functions whose name matches ``name_regex`` blanked (unchanged if it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+    lines = source.splitlines(keepends=True)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and re.search(name_regex, node.name, re.I):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            for ln in range(first, node.end_lineno + 1):
+                lines[ln - 1] = "\n"
+    return "".join(lines)
 
 
 def _code_only(source: str) -> str:
