@@ -27,6 +27,9 @@ def test_committed_figures_are_the_ones_the_reference_quotes():
     data = json.loads((ROOT / "benchmarks" / "results" / "flush_failure_delay.json").read_text())
     reference = (ROOT / "references" / "lakebase-sink-python.md").read_text()
     assert data["trigger"] == "5 minutes"
+    labels = {"jvm": "JVM sink", "python-fast": "Python writer, [fast foreach path](#fast-python-foreach-for-real-time-mode)",
+              "python": "Python writer, stock `foreach`"}
+    assert sorted(r["sink"] for r in data["results"]) == sorted(labels)
     for result in data["results"]:
-        label = "JVM sink" if result["sink"] == "jvm" else "Python writer"
+        label = labels[result["sink"]]
         assert f"| {label} | {result['seconds_to_exception']:.1f} s |" in reference, label
