@@ -77,9 +77,12 @@ class Answer:
         except (ValueError, RecursionError):
             return None
 
+    def file_names(self) -> list[str]:
+        """The answer's files (at most MAX_ANSWER_FILES), sorted by name."""
+        return sorted(p.name for p in self.folder.iterdir() if p.is_file())[:MAX_ANSWER_FILES] if self.folder.is_dir() else []
+
     def all_text(self) -> str:
-        names = sorted(p.name for p in self.folder.iterdir() if p.is_file())[:MAX_ANSWER_FILES] if self.folder.is_dir() else []
-        return "\n".join(t for t in (self.text(n) for n in names) if t)
+        return "\n".join(t for t in (self.text(n) for n in self.file_names()) if t)
 
 
 def _top_names(tree: ast.Module) -> dict[str, ast.AST]:
@@ -197,8 +200,7 @@ def _pattern_list(spec_value) -> list[tuple[str, str]]:
 def _scope_text(answer: Answer, spec: dict) -> str:
     """The text the patterns are matched against; with ``code`` only what Python runs (see _code_only)."""
     files = spec.get("files")
-    names = files if files else (sorted(p.name for p in answer.folder.iterdir() if p.is_file())[:MAX_ANSWER_FILES]
-                                 if answer.folder.is_dir() else [])
+    names = files if files else answer.file_names()
     texts = [(n, t) for n, t in ((n, answer.text(n)) for n in names) if t]
     if spec.get("except_functions"):  # e.g. a variant the prompt allows, named for another platform
         texts = [(n, _without_functions(t, spec["except_functions"]) if n.endswith(".py") else t) for n, t in texts]
