@@ -9,6 +9,10 @@
  *   Connections in use are bounded by the tasks themselves (one per running task).
  * - Validated before use: an idle connection must answer isValid() within 2 s and is rolled
  *   back to a clean transaction state; a dead one is closed and the next one tried.
+ * - Aged out: a connection opened more than `maxAgeMs` ago (the sink's connectionmaxage option,
+ *   default 1800 s; 0 switches reuse off) is closed instead of being reused, so a login with a
+ *   fresh password or OAuth token happens at least that often; a sweep every 30 s closes idle
+ *   ones past that age even when no task comes to take them.
  * - Closed when the executor stops: a JVM shutdown hook closes every idle connection.
  * - A connection whose task failed is never given back (the caller closes it instead).
  * The pool key holds the password's hash only; no key or connection text is ever logged.
@@ -20,16 +24,30 @@ import java.sql.Driver;
 import java.sql.SQLException;
 import java.util.ArrayDeque;
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.Map;
 import java.util.Properties;
+import java.util.WeakHashMap;
 import java.util.function.Supplier;
 
 public final class PgConnector {
     static final int MAX_IDLE = Math.max(0, Integer.getInteger("rtm.jvm.sink.maxIdle", 4));
     private static final int VALIDATE_SECONDS = 2;
-    private static final Map<String, ArrayDeque<Connection>> IDLE = new HashMap<>();
+    static final long SWEEP_MS = 30_000;
+    private static final Map<String, ArrayDeque<Idle>> IDLE = new HashMap<>();
+    /** When each connection this pool opened was opened (System.nanoTime); weak, so a closed one is forgotten. */
+    private static final Map<Connection, Long> BORN = new WeakHashMap<>();
     private static long opened;
     private static long reused;
+    private static long retired;
+    private static Thread sweeper;
+
+    /** An idle connection, with the birth time and the age limit of the sink that gave it back. */
+    private record Idle(Connection connection, long bornNanos, long maxAgeNanos) {
+        boolean tooOld(long now) {
+            return now - bornNanos >= maxAgeNanos;
+        }
+    }
 
     static {
         Runtime.getRuntime().addShutdownHook(new Thread(PgConnector::closeAll, "pg-jvm-sink-pool-close"));
@@ -43,24 +61,29 @@ public final class PgConnector {
         return url + '\u0000' + user + '\u0000' + (password == null ? "" : Integer.toHexString(password.hashCode()));
     }
 
-    /** An idle connection that still answers, else a new one from `driver` (`props` asked only then). Auto-commit is off. */
-    static Connection borrow(String key, Driver driver, String url, Supplier<Properties> props) throws SQLException {
+    /**
+     * An idle connection younger than `maxAgeMs` that still answers, else a new one from `driver`
+     * (`props` asked only then). Auto-commit is off.
+     */
+    static Connection borrow(String key, long maxAgeMs, Driver driver, String url, Supplier<Properties> props)
+            throws SQLException {
         while (true) {
-            Connection idle;
+            Idle idle;
             synchronized (IDLE) {
-                ArrayDeque<Connection> q = IDLE.get(key);
+                ArrayDeque<Idle> q = IDLE.get(key);
                 idle = q == null ? null : q.pollFirst();
             }
             if (idle == null) {
                 break;
             }
-            if (usable(idle)) {
+            long now = System.nanoTime();
+            if (!idle.tooOld(now) && now - idle.bornNanos() < maxAgeMs * 1_000_000L && usable(idle.connection())) {
                 synchronized (IDLE) {
                     reused++;
                 }
-                return idle;
+                return idle.connection();
             }
-            closeQuietly(idle);
+            retire(idle.connection());
         }
         Connection c = driver.connect(url, props.get());
         if (c == null) {
@@ -69,6 +92,7 @@ public final class PgConnector {
         c.setAutoCommit(false);
         synchronized (IDLE) {
             opened++;
+            BORN.put(c, System.nanoTime());
         }
         return c;
     }
@@ -86,8 +110,11 @@ public final class PgConnector {
         }
     }
 
-    /** Keep a healthy connection for the next task of this executor, or close it when the pool is full. */
-    static void giveBack(String key, Connection c) {
+    /**
+     * Keep a healthy connection for the next task of this executor, or close it when the pool is
+     * full or it was opened `maxAgeMs` or more ago.
+     */
+    static void giveBack(String key, long maxAgeMs, Connection c) {
         if (c == null) {
             return;
         }
@@ -100,14 +127,66 @@ public final class PgConnector {
             closeQuietly(c);
             return;
         }
+        long now = System.nanoTime();
         synchronized (IDLE) {
-            ArrayDeque<Connection> q = IDLE.computeIfAbsent(key, k -> new ArrayDeque<>());
-            if (q.size() < MAX_IDLE) {
-                q.addFirst(c);
+            Long born = BORN.get(c);
+            Idle idle = new Idle(c, born == null ? now : born, Math.max(0, maxAgeMs) * 1_000_000L);
+            ArrayDeque<Idle> q = IDLE.computeIfAbsent(key, k -> new ArrayDeque<>());
+            if (!idle.tooOld(now) && q.size() < MAX_IDLE) {
+                q.addFirst(idle);
+                startSweeper();
                 return;
             }
         }
+        retire(c);
+    }
+
+    /** Close a connection the pool will not reuse, counting it if it was too old. */
+    private static void retire(Connection c) {
         closeQuietly(c);
+        synchronized (IDLE) {
+            retired++;
+        }
+    }
+
+    /** Close idle connections past their age limit (the sweeper every SWEEP_MS; tests). */
+    public static int sweep() {
+        ArrayDeque<Connection> old = new ArrayDeque<>();
+        long now = System.nanoTime();
+        synchronized (IDLE) {
+            for (ArrayDeque<Idle> q : IDLE.values()) {
+                for (Iterator<Idle> it = q.iterator(); it.hasNext(); ) {
+                    Idle idle = it.next();
+                    if (idle.tooOld(now)) {
+                        it.remove();
+                        old.add(idle.connection());
+                    }
+                }
+            }
+            IDLE.values().removeIf(ArrayDeque::isEmpty);
+        }
+        for (Connection c : old) {
+            retire(c);
+        }
+        return old.size();
+    }
+
+    private static void startSweeper() {  // called holding IDLE
+        if (sweeper != null) {
+            return;
+        }
+        sweeper = new Thread(() -> {
+            while (true) {
+                try {
+                    Thread.sleep(SWEEP_MS);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                sweep();
+            }
+        }, "pg-jvm-sink-pool-sweep");
+        sweeper.setDaemon(true);
+        sweeper.start();
     }
 
     static void closeQuietly(Connection c) {
@@ -122,8 +201,10 @@ public final class PgConnector {
     public static void closeAll() {
         ArrayDeque<Connection> all = new ArrayDeque<>();
         synchronized (IDLE) {
-            for (ArrayDeque<Connection> q : IDLE.values()) {
-                all.addAll(q);
+            for (ArrayDeque<Idle> q : IDLE.values()) {
+                for (Idle idle : q) {
+                    all.add(idle.connection());
+                }
             }
             IDLE.clear();
         }
@@ -136,7 +217,7 @@ public final class PgConnector {
     public static int idleCount() {
         synchronized (IDLE) {
             int n = 0;
-            for (ArrayDeque<Connection> q : IDLE.values()) {
+            for (ArrayDeque<Idle> q : IDLE.values()) {
                 n += q.size();
             }
             return n;
@@ -147,6 +228,13 @@ public final class PgConnector {
     public static long openedCount() {
         synchronized (IDLE) {
             return opened;
+        }
+    }
+
+    /** Connections closed instead of reused: too old, or found dead before use. */
+    public static long retiredCount() {
+        synchronized (IDLE) {
+            return retired;
         }
     }
 

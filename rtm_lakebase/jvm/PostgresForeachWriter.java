@@ -29,7 +29,9 @@
  *   (comma-separated; "quoted" names may hold commas), versioncolumn, skipunchanged,
  *   batchsize (1000), batchinterval ("100 milliseconds"), maxretries (6),
  *   backoffinitialms (250), backoffmaxms (5000), appendcopy (true), passwordprovider (the class
- *   name of a PgPasswordProvider, asked for the password at every (re)connect; see that file).
+ *   name of a PgPasswordProvider, asked for the password at every (re)connect; see that file),
+ *   connectionmaxageseconds (1800: a pooled connection older than that is closed, not reused;
+ *   0 switches reuse off; see PgConnector).
  */
 package rtm_lakebase.jvm;
 
@@ -95,7 +97,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     public static final Set<String> OPTIONS = Collections.unmodifiableSet(new TreeSet<>(Arrays.asList(
         "url", "user", "password", "dbtable", "schema", "mode", "upsertkey", "versioncolumn",
         "skipunchanged", "batchsize", "batchinterval", "maxretries", "backoffinitialms", "backoffmaxms",
-        "appendcopy", "passwordprovider")));
+        "appendcopy", "passwordprovider", "connectionmaxageseconds")));
     public static final List<String> MODES = List.of("upsert", "insert_ignore", "append");
     static final String DRIVER_CLASS = "org.postgresql.Driver";
     static final String DRIVER_MAVEN = "org.postgresql:postgresql:42.7.13";
@@ -148,6 +150,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private final long backoffInitialMs;
     private final long backoffMaxMs;
     private final boolean appendCopy;
+    private final long connectionMaxAgeMs;
     private final String passwordProvider;         // a class name; the password it gives is never kept here
 
     // -- runtime (per task, built in open()) --------------------------------------------------
@@ -232,6 +235,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         this.backoffInitialMs = parseLong(o, "backoffinitialms", 250, 0);
         this.backoffMaxMs = parseLong(o, "backoffmaxms", 5000, 0);
         this.appendCopy = parseBoolean(o, "appendcopy", true);
+        this.connectionMaxAgeMs = parseLong(o, "connectionmaxageseconds", 1800, 0) * 1000L;
         this.passwordProvider = emptyToNull(o.get("passwordprovider"));
         if (passwordProvider != null && password != null) {
             throw new IllegalArgumentException("give either password or passwordprovider, not both");
@@ -739,7 +743,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
 
     private Void connectAndDescribe() throws SQLException {
         if (conn == null || conn.isClosed()) {
-            Connection c = PgConnector.borrow(poolKey(), driver(), url, () -> {
+            Connection c = PgConnector.borrow(poolKey(), connectionMaxAgeMs, driver(), url, () -> {
                 Properties props = new Properties();  // built only when a new connection is opened
                 if (user != null) {
                     props.setProperty("user", user);
@@ -847,7 +851,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private void releaseConnection() {
         Connection c = conn;
         conn = null;
-        PgConnector.giveBack(poolKey(), c);
+        PgConnector.giveBack(poolKey(), connectionMaxAgeMs, c);
     }
 
     private void closeConnection() {

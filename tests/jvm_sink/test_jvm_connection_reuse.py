@@ -62,3 +62,75 @@ def test_micro_batches_reuse_one_connection_and_replace_a_dead_one(jvm_spark, pg
     _, _, idle = _counters(spark)
     pool_max = 4
     assert idle <= pool_max  # bounded (rtm.jvm.sink.maxIdle, default 4)
+
+
+def _run_batches(spark, pg_dsn, pg_conn, table_name, checkpoint, app, max_age_s, batches, between=None,
+                 watch=True):
+    """Micro-batches of 10 rows each; the sink's pooled backend pids after each batch (``between(b)`` runs after)."""
+    make_table(pg_conn, table_name)
+    source = RealTimeMemorySource(spark, "id BIGINT, version BIGINT, name STRING", num_partitions=1)
+    query = start_jvm_sink_query(source.dataframe(), dsn=f"{pg_dsn} application_name={app}", table=table_name,
+                                 checkpoint_location=checkpoint, trigger={"processingTime": "0 seconds"},
+                                 batchinterval_ms=20, connection_max_age_s=max_age_s)
+    pids = []
+    try:
+        def count():
+            return pg_conn.execute(f'SELECT count(*) FROM "{table_name}"').fetchone()[0]
+
+        for batch in range(batches):
+            source.add([{"id": batch * 10 + i, "version": 1, "name": "x"} for i in range(10)])
+            wait_until(lambda b=batch: count() == (b + 1) * 10, query, 90, f"batch {batch}")
+            if watch:
+                seen = wait_until(lambda: _sink_connections(pg_conn, app), None, 30, "the sink's connection")
+                pids.append(tuple(seen))
+            if between is not None:
+                between(batch)
+        assert count() == batches * 10
+    finally:
+        query.stop()
+    return pids
+
+
+def test_a_pooled_connection_past_its_age_is_replaced_not_reused(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
+    import time
+
+    app = f"jvm-age-{uuid.uuid4().hex[:6]}"
+    # Batch 1 follows batch 0 at once (same connection); batch 2 comes after the 3 s limit (a new one).
+    pids = _run_batches(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint, app, 3, 3,
+                        between=lambda b: time.sleep(3.5) if b == 1 else None)
+    assert pids[0] == pids[1], pids
+    assert len(pids[2]) == 1 and pids[2] != pids[1], pids
+    assert not set(pids[1]) & set(_sink_connections(pg_conn, app))  # the old session is gone, not left idle
+
+
+def test_the_sweep_closes_an_idle_connection_past_its_age_with_no_task_coming(jvm_spark, pg_dsn, pg_conn,
+                                                                             table_name, checkpoint):
+    import time
+
+    app = f"jvm-sweep-{uuid.uuid4().hex[:6]}"
+    pool = jvm_spark.sparkContext._jvm.rtm_lakebase.jvm.PgConnector
+    pids = _run_batches(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint, app, 2, 1)
+    assert len(pids[0]) == 1
+    pool.sweep()
+    assert _sink_connections(pg_conn, app) == list(pids[0])  # young: kept idle for the next task
+    time.sleep(2.5)
+    pool.sweep()  # what the pool's sweeper thread does every 30 s
+    wait_until(lambda: not _sink_connections(pg_conn, app), None, 10, "the aged idle session to end")
+
+
+def test_age_zero_switches_reuse_off(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
+    app = f"jvm-noreuse-{uuid.uuid4().hex[:6]}"
+    pool = jvm_spark.sparkContext._jvm.rtm_lakebase.jvm.PgConnector
+    opened0, reused0 = pool.openedCount(), pool.reusedCount()
+    _run_batches(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint, app, 0, 3, watch=False)
+    assert pool.openedCount() - opened0 >= 3  # a new connection for each batch's task
+    assert pool.reusedCount() == reused0
+    wait_until(lambda: not _sink_connections(pg_conn, app), None, 10, "no session kept idle")
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "60", 2**31])
+def test_connection_max_age_must_be_whole_seconds(jvm_spark, pg_dsn, bad):
+    from rtm_lakebase.jvm import build_jvm_writer
+
+    with pytest.raises(ValueError, match="connection_max_age_s must be a whole number of seconds"):
+        build_jvm_writer(jvm_spark, dsn=pg_dsn, table="t", connection_max_age_s=bad)

@@ -269,7 +269,8 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
                      version_column: str | None = None, schema: str | None = None,
                      skip_unchanged: bool = True, batchsize: int = 1000, batchinterval_ms: int = 100,
                      max_retries: int = 6, socket_timeout_s: int = SOCKET_TIMEOUT_S,
-                     password_provider_class: str | None = None, append_copy: bool = True):
+                     password_provider_class: str | None = None, append_copy: bool = True,
+                     connection_max_age_s: int = 1800):
     """The Java ``ForeachWriter<Row>`` (a py4j object) for ``writeStream.foreach``.
 
     Arguments as in :func:`start_jvm_sink_query`. Checks the classpath and the
@@ -285,6 +286,10 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
         raise ValueError(f"batchinterval_ms must be a positive integer (milliseconds), got {batchinterval_ms!r}")
     if version_column and mode != "upsert":
         raise ValueError("version_column only applies to mode='upsert'")
+    if isinstance(connection_max_age_s, bool) or not isinstance(connection_max_age_s, int) \
+            or not 0 <= connection_max_age_s <= 2**31 - 1:
+        raise ValueError(f"connection_max_age_s must be a whole number of seconds, at least 0 (0: no reuse), "
+                         f"got {connection_max_age_s!r}")
     settings = as_connection_settings(dsn)
     if settings.password_provider is not None:
         raise ValueError("password_provider is a Python callable and cannot run inside the JVM writer; "
@@ -296,7 +301,8 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
         password = None  # the provider gives it at every connect; PGPASSWORD and .pgpass are not asked
     options = {"url": url, "dbtable": table, "mode": mode, "batchsize": str(batchsize),
                "batchinterval": f"{batchinterval_ms} milliseconds", "skipunchanged": str(bool(skip_unchanged)).lower(),
-               "maxretries": str(int(max_retries)), "appendcopy": str(bool(append_copy)).lower()}
+               "maxretries": str(int(max_retries)), "appendcopy": str(bool(append_copy)).lower(),
+               "connectionmaxageseconds": str(connection_max_age_s)}
     if password_provider_class:
         options["passwordprovider"] = password_provider_class
     if user:
@@ -351,7 +357,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
                          trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
                          output_mode: str = "update", max_retries: int = 6,
                          socket_timeout_s: int = SOCKET_TIMEOUT_S,
-                         password_provider_class: str | None = None) -> StreamingQuery:
+                         password_provider_class: str | None = None,
+                         connection_max_age_s: int = 1800) -> StreamingQuery:
     """Stream ``df`` into Postgres table ``table`` through the JVM writer; return the running query.
 
     - ``dsn``: a libpq DSN or URL (``postgresql://user:pass@host:5432/db``) or
@@ -377,6 +384,10 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     - ``password_provider_class``: a Java class implementing
       ``rtm_lakebase.jvm.PgPasswordProvider`` (on ``spark.jars``), asked for the
       password (an OAuth token) at every new connection.
+    - ``connection_max_age_s``: each executor keeps the connections of tasks that
+      ended well for its next tasks; one opened longer ago than this is closed
+      instead, so a fresh login (password or token) happens at least that often
+      (``0``: one connection per task, no reuse).
 
     Raises :class:`JvmSinkUnavailable` when the jar, the JDBC driver or py4j
     access is missing, ``ValueError`` for bad options. Delivery is at-least-once
@@ -389,7 +400,8 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     writer = build_jvm_writer(df.sparkSession, dsn=dsn, table=table, upsertkey=upsertkey, mode=mode,
                               version_column=version_column, schema=schema, skip_unchanged=skip_unchanged,
                               batchsize=batchsize, batchinterval_ms=batchinterval_ms, max_retries=max_retries,
-                              socket_timeout_s=socket_timeout_s, password_provider_class=password_provider_class)
+                              socket_timeout_s=socket_timeout_s, password_provider_class=password_provider_class,
+                              connection_max_age_s=connection_max_age_s)
     stream = df.writeStream
     stream._jwrite = stream._jwrite.foreach(writer)  # the Java sink replaces PySpark's Python foreach
     stream = (stream.outputMode(output_mode)
