@@ -377,3 +377,20 @@ def test_code_patterns_skip_comments_and_docstrings_but_not_strings_the_code_pas
     assert not outcome.passed and "'\"100ms\"'" in outcome.evidence
     (tmp_path / "solution.py").write_text('def f(:\n    return "100ms"  # does not parse: lines still read\n')
     assert not absent(Answer(tmp_path), spec).passed
+
+
+def test_scope_blanking_keeps_positions_and_drops_only_comments_docstrings_and_named_functions():
+    from skillcheck.evals.checks import _code_only, _without_functions
+
+    source = ('def databricks_sink():\n    trigger(realTime="100ms")\n\n'
+              'def oss_sink():\n    """Never trigger(realTime="100ms")."""\n'
+              '    x = "é"  # trigger(realTime="100ms")\n    return trigger(realTime="5 seconds")\n')
+    without = _without_functions(source, "databricks")
+    assert "100ms" not in without.split("def oss_sink")[0]
+    assert without.count("\n") == source.count("\n")
+    assert without.index("def oss_sink") == source.index("def oss_sink")  # columns and lines stay
+    code = _code_only(without)
+    assert "100ms" not in code
+    assert 'x = "é"' in code and 'return trigger(realTime="5 seconds")' in code
+    assert [len(line) for line in code.splitlines()] == [len(line) for line in without.splitlines()]
+    assert _without_functions("def (:\n", "x") == "def (:\n"  # unparseable: unchanged

@@ -222,11 +222,21 @@ def _without_functions(source: str, name_regex: str) -> str:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source
     lines = source.splitlines(keepends=True)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and re.search(name_regex, node.name, re.I):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            for ln in range(first, node.end_lineno + 1):
-                lines[ln - 1] = "\n"
+    spans = [((min([node.lineno] + [d.lineno for d in node.decorator_list]), 0), (node.end_lineno, None))
+             for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and re.search(name_regex, node.name, re.I)]
+    return _blank(lines, spans)
+
+
+def _blank(lines: list[str], spans: list) -> str:
+    """``lines`` joined, each ``((line, col), (end_line, end_col))`` span (1-based lines; end_col None: to the
+    end of the line) replaced by spaces, so line and column numbers of the rest stay as they were."""
+    for (l0, c0), (l1, c1) in spans:
+        for ln in range(l0, l1 + 1):
+            line = lines[ln - 1]
+            start = c0 if ln == l0 else 0
+            end = c1 if ln == l1 and c1 is not None else len(line.rstrip("\n"))
+            lines[ln - 1] = line[:start] + " " * (end - start) + line[end:]
     return "".join(lines)
 
 
@@ -244,7 +254,6 @@ def _code_only(source: str) -> str:
     lines = source.splitlines(keepends=True)
     spans: list = [((t.start[0], t.start[1]), (t.end[0], t.end[1])) for t in tokens if t.type == tokenize.COMMENT]
 
-
     def char_col(ln: int, byte_col: int) -> int:  # ast counts UTF-8 bytes, tokenize characters
         return len(lines[ln - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
@@ -252,13 +261,7 @@ def _code_only(source: str) -> str:
               for n in ast.walk(tree)
               if isinstance(n, ast.Expr) and isinstance(n.value, (ast.Constant, ast.JoinedStr))
               and (isinstance(n.value, ast.JoinedStr) or isinstance(n.value.value, str))]
-    for (l0, c0), (l1, c1) in spans:
-        for ln in range(l0, l1 + 1):
-            line = lines[ln - 1]
-            start = c0 if ln == l0 else 0
-            end = c1 if ln == l1 else len(line.rstrip("\n"))
-            lines[ln - 1] = line[:start] + " " * (end - start) + line[end:]
-    return "".join(lines)
+    return _blank(lines, spans)
 
 
 def absent(answer: Answer, spec: dict) -> Outcome:
