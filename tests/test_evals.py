@@ -297,6 +297,7 @@ def test_eval_run_without_an_agent_prepares_prompt_folders_for_assistants(tmp_pa
     assert "spark-rtm-lakebase" not in without_prompt and "An agent skill" not in without_prompt
     assert str((out / "without-skill" / "3" / "num-task-slots").resolve()) in without_prompt
     assert "NOTES.md" in with_prompt and "NOTES.md" in without_prompt
+    assert "mktemp -d" in with_prompt and "mktemp -d" in without_prompt  # no fixed paths or ports between sessions
     # Answers dropped into the folders are graded by eval grade on the run folder.
     for arm, src in (("with-skill", ANSWERS / "reference" / "num-task-slots"),
                      ("without-skill", ANSWERS / "wrong" / "num-task-slots" / "forgot-repartition")):

@@ -88,6 +88,9 @@ def check_agent(template: str) -> None:
 
 NOTES = ("When you are done, write NOTES.md in the same folder: the files, pages and searches you consulted, "
          "one per line (paths as you opened them).")
+SHARED_MACHINE = ("Other sessions share this machine: if you start a server to try your answer (a throwaway "
+                  "Postgres, Spark), give it a folder of its own (mktemp -d) and a free port, never a fixed path "
+                  "or port, and stop it when you are done.")
 
 
 def arm_prompt(task: dict, answer_dir: Path, arm: str, skill_dir: Path | None) -> str:
@@ -95,7 +98,7 @@ def arm_prompt(task: dict, answer_dir: Path, arm: str, skill_dir: Path | None) -
     if arm == ARMS[0] and skill_dir is not None:
         text += (f"\nAn agent skill is installed at {skill_dir} (read-only): its SKILL.md says when it applies "
                  "and what to read.\n")
-    return text + "\n" + NOTES + "\n"
+    return text + "\n" + SHARED_MACHINE + "\n\n" + NOTES + "\n"
 
 
 def prepare(out: Path, tasks: list[dict], trials: int, skill_name: str) -> dict:
