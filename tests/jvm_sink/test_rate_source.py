@@ -138,3 +138,31 @@ def test_bad_options_fail_at_load_naming_the_option(rate_spark, options, message
     text = str(caught.value)
     assert message in text, text
     assert text.strip().splitlines()[0].count("RateSource:") == 1
+
+
+def test_rate_plan_counts_the_rows_the_source_has_emitted():
+    """RatePlan.due (the soak's 'sent') agrees with the source's sent_ms = start + floor(i * 1000 / rate)."""
+    plan = RatePlan(rate=3, total_rows=5, start_ms=10_000)
+    sent = [plan.start_ms + i * 1000 // plan.rate for i in range(plan.total_rows)]  # 0, 333, 666, 1000, 1333
+    for now in range(9_990, 12_000, 7):
+        assert plan.due(now) == sum(1 for s in sent if s <= now), now
+    assert plan.due(10**12) == plan.total_rows
+
+
+def test_a_stale_or_missing_jar_is_refused_with_the_build_command(tmp_path, monkeypatch):
+    import pack_lab.rate_source as rs
+
+    (tmp_path / "RateSource.java").write_text("class A {}")
+    jar = tmp_path / "build" / "rtm-lab-rate-source.jar"
+    monkeypatch.setattr(rs, "JVM_DIR", tmp_path)
+    monkeypatch.setattr(rs, "DEFAULT_JAR", jar)
+    monkeypatch.delenv(rs.JAR_ENV, raising=False)
+    with pytest.raises(rs.RateSourceUnavailable, match="not built.*build_jvm_sink.sh"):
+        rs.rate_source_jars()
+    jar.parent.mkdir()
+    jar.write_bytes(b"jar")
+    jar.with_suffix(".sha256").write_text(rs._sources_sha() + "\n")
+    assert rs.rate_source_jars() == [str(jar)]
+    (tmp_path / "RateSource.java").write_text("class B {}")
+    with pytest.raises(rs.RateSourceUnavailable, match="older than.*build_jvm_sink.sh"):
+        rs.rate_source_jars()

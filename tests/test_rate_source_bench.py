@@ -1,0 +1,32 @@
+"""benchmarks/rate_source.py runs (--quick) and writes its figures; speed itself is never asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_run_writes_both_sources_halves(tmp_path):
+    out = tmp_path / "rs.json"
+    run = subprocess.run([sys.executable, "benchmarks/rate_source.py", "--quick", "--out", str(out)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [r["source"] for r in result["results"]] == ["rate", "memory"]
+    for r in result["results"]:
+        assert r["first_half"]["rows"] > 0 and r["second_half"]["rows"] > 0, r["source"]
+        assert r["samples"] and isinstance(r["holds_pace"], bool)
+    assert "2nd/1st" in run.stdout
+
+
+def test_bad_arguments_are_one_line_errors():
+    run = subprocess.run([sys.executable, "benchmarks/rate_source.py", "--sources", "kafka"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--sources must name" in run.stderr and "Traceback" not in run.stderr
