@@ -150,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         except RateSourceUnavailable as exc:
             say(str(exc))
             return 2
-        spark = build_session(cores=2, shuffle_partitions=1, jars=jars, app_name="rtm-rate-source-bench")
+        jvm_log = os.path.join(tempfile.gettempdir(), f"rate-source-bench-{os.getpid()}-jvm.log")
+        say(f"Spark's log: {jvm_log}")  # a stop interrupts the running task, which Spark logs at ERROR
+        spark = build_session(cores=2, shuffle_partitions=1, jars=jars, app_name="rtm-rate-source-bench",
+                              jvm_log=jvm_log)
         results = []
         load_before = os.getloadavg()
         try:
