@@ -30,3 +30,17 @@ def test_bad_arguments_are_one_line_errors():
     run = subprocess.run([sys.executable, "benchmarks/rate_source.py", "--sources", "kafka"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--sources must name" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_readme_table_is_the_committed_json():
+    """The table in benchmarks/README.md carries the figures of benchmarks/results/rate_source.json."""
+    result = json.loads((ROOT / "benchmarks" / "results" / "rate_source.json").read_text())
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    names = {"rate": "rate source", "memory": "LowLatencyMemoryStream"}
+    for r in result["results"]:
+        row = (f"| {names[r['source']]} | {r['offered_rows_per_s']} | {r['first_half']['rows_per_s']} | "
+               f"{r['second_half']['rows_per_s']} | {r['second_over_first']:.2f} | "
+               f"{r['first_half']['mean_lag_ms']:.{0 if r['first_half']['mean_lag_ms'] >= 100 else 1}f} ms | "
+               f"{r['second_half']['mean_lag_ms']:.{0 if r['second_half']['mean_lag_ms'] >= 100 else 1}f} ms | "
+               f"{r['behind_at_end_rows']:,} rows |")
+        assert row in readme, row
