@@ -47,8 +47,8 @@ def make_rate_table(conn, table: str) -> None:
                  .format(t=sql.Identifier(table), f=sql.Identifier(table + "_log")))
 
 
-def start(spark, plan: RatePlan, dsn, table, checkpoint, trigger):
-    df = rate_stream(spark, plan.rate, plan.total_rows, plan.start_ms, payload=PAYLOAD)
+def start(spark, plan: RatePlan, dsn, table, checkpoint, trigger, num_partitions=1):
+    df = rate_stream(spark, plan.rate, plan.total_rows, plan.start_ms, payload=PAYLOAD, num_partitions=num_partitions)
     return start_jvm_sink_query(df, dsn=dsn, table=table, upsertkey="id", checkpoint_location=checkpoint,
                                 trigger=trigger, batchinterval_ms=20)
 
@@ -86,6 +86,18 @@ def test_real_time_mode_emits_each_row_once_on_time(rate_spark, pg_conn, pg_dsn,
     assert sorted(set(attempts.values())) == [1], "a row was sent more than once in a run without failures"
     # the engine's batches kept advancing the source's offset (real-time mode, not one endless batch)
     assert query.lastProgress is not None and query.lastProgress["sources"][0]["endOffset"] is not None
+
+
+def test_two_partitions_stripe_the_ids_each_once(rate_spark, pg_conn, pg_dsn, table_name, checkpoint):
+    plan = RatePlan.starting_soon(rate=300, seconds=4, lead_ms=2000)
+    make_rate_table(pg_conn, table_name)
+    query = start(rate_spark, plan, pg_dsn, table_name, checkpoint, {"realTime": MIN_REAL_TIME_TRIGGER},
+                  num_partitions=2)
+    wait_until(lambda: count(pg_conn, table_name) >= plan.total_rows, query, 90, f"{plan.total_rows} rows")
+    time.sleep(1.0)
+    query.stop()
+    attempts = check_table(pg_conn, table_name, plan)
+    assert sorted(set(attempts.values())) == [1]
 
 
 def test_restart_from_checkpoint_mid_stream_no_gap_no_duplicate(rate_spark, pg_conn, pg_dsn, table_name,
