@@ -2,8 +2,9 @@
 
 Starts its own cluster (a master, two workers; ``pack_lab/standalone_cluster.py``),
 a throwaway Postgres, and a loopback TCP proxy in front of it (``pack_lab/tcp_proxy.py``).
-This process is the Spark driver. Each sink path gets its own source, table
-and checkpoint; ``--rate`` rows/s (default 1,000) are split evenly over the paths; every ``--fault-every`` seconds one
+This process is the Spark driver. Each sink path gets its own source (``--source rate``, the default: the lab's
+deterministic rate source, rows computed from their ids, none held; ``memory``: Spark's ``LowLatencyMemoryStream``
+fed row by row, which slows as it holds more), table and checkpoint; ``--rate`` rows/s (default 1,000) are split evenly over the paths; every ``--fault-every`` seconds one
 fault is injected, rotating:
 
 1. ``worker_kill``: the process group of the worker running the sink tasks (worker, executor, Python workers) gets
@@ -155,10 +156,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import psycopg
 
     from pack_lab.cluster_stream import (
-        Feeder,
         PathRun,
+        RatePlan,
         cluster_session,
         scheduler_log,
+        start_rows,
         table_ddl,
         table_report,
         wait_for_rows,
@@ -184,16 +186,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         spark = cluster_session(cluster.session_conf(executor_memory=args.executor_memory),
                                 app="rtm-soak", jvm_log=str(work / "driver-jvm.log"))
         t0 = time.monotonic()
+        plan = RatePlan.starting_soon(per_path_rate, args.minutes * 60) if args.source == "rate" else None
         runs = [PathRun(spark, p, sink_dsn, tables[p], str(work / f"ck-{p}"), trigger_s=args.trigger_seconds,
-                        t0=t0) for p in paths]
+                        t0=t0, source_kind=args.source, plan=plan) for p in paths]
         faults: list[dict[str, Any]] = []
         sampler = Sampler(cluster, pg.dsn, paths, args.sample_every, t0)
         try:
             for r in runs:
                 r.start()
-            t0_ms = int(time.time() * 1000)
-            feeder = Feeder(runs, per_path_rate, args.minutes * 60)
-            feeder.start()
+            t0_ms = plan.start_ms if plan else int(time.time() * 1000)
+            feeder = start_rows(runs, per_path_rate, args.minutes * 60)
             sampler.start()
             next_fault = args.fault_every
             fault_index = 0
@@ -260,7 +262,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "soak",
         "command": "benchmarks/soak.py " + " ".join(sys.argv[1:]),
-        "settings": {"minutes": args.minutes, "rate_rows_per_s": args.rate,
+        "settings": {"minutes": args.minutes, "source": args.source, "rate_rows_per_s": args.rate,
                      "rate_rows_per_s_per_path": per_path_rate, "paths": paths,
                      "fault_every_s": args.fault_every, "faults": args.faults, "window_s": args.window,
                      "trigger_s": args.trigger_seconds, "workers": 2, "cores_per_worker": args.cores,
@@ -285,7 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from pack_lab.cluster_stream import PATHS
+    from pack_lab.cluster_stream import PATHS, SOURCES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=30.0, help="feeding time (default 30)")
@@ -300,6 +302,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cores", type=int, default=3, help="cores per worker")
     p.add_argument("--executor-memory", default="768m")
     p.add_argument("--drain-timeout", type=float, default=300.0)
+    p.add_argument("--source", choices=SOURCES, default="rate",
+                   help="rate: the lab's deterministic rate source (pack_lab/rate_source.py, default); "
+                        "memory: Spark's LowLatencyMemoryStream, fed row by row (slows as it holds more)")
     p.add_argument("--out", help="JSON path (default benchmarks/results/soak.json for a 30-minute run, "
                                  "else soak-<minutes>min.json)")
     args = p.parse_args(argv)

@@ -7,14 +7,19 @@ The driver side of the cluster tests and of ``benchmarks/soak.py``:
   ``mb_python``: micro-batch + the Python writer) with its own source, table and
   checkpoint. Its :meth:`PathRun.supervise` restarts a failed query from the same
   checkpoint — the recovery recipe the reference gives — and records why it failed.
-- :class:`Feeder` — adds rows ``id = 0, 1, 2, …`` carrying ``sent_ms`` at a fixed rate.
+- Sources (``--source``): ``rate`` (default) is the lab's deterministic rate source
+  (``pack_lab/rate_source.py``): row ``i`` is due at ``start_ms + i * 1000 / rate``, nothing is
+  fed or held, a restart replays the same rows; :class:`RateSchedule` only tracks how many rows
+  are due. ``memory`` is Spark's ``LowLatencyMemoryStream`` (``RealTimeMemorySource``) fed by
+  :class:`Feeder`, which adds rows ``id = 0, 1, 2, …`` carrying ``sent_ms`` at a fixed rate; it
+  holds every row and slows as it holds more (too slow for a 30-minute soak).
 - :func:`table_report` — missing and duplicated ids, sink-visible latency.
 
 Run alone it is the subprocess driver the cluster tests start (they own the
 cluster and Postgres, and inject the faults)::
 
     python -m pack_lab.cluster_stream --master spark://127.0.0.1:7077 --dsn "host=… " \
-        --paths rtm_jvm,rtm_python,mb_python --rate 200 --seconds 60 --out result.json
+        --paths rtm_jvm,rtm_python,mb_python --rate 200 --seconds 60 [--source rate|memory] --out result.json
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 PATHS = ("rtm_jvm", "rtm_python", "mb_python")
+SOURCES = ("rate", "memory")
+#: How far ahead of "now" the rate source's row 0 is due: the queries start meanwhile.
+RATE_LEAD_MS = 3000
 SCHEMA = "id BIGINT, sent_ms BIGINT, payload STRING"
 PAYLOAD = "x" * 64
 
@@ -62,13 +70,14 @@ def with_app_name(dsn: str, name: str) -> str:
 
 
 def cluster_session(master_conf: dict[str, str], app: str = "rtm-cluster-driver", jvm_log: str | None = None):
-    """A driver session on the cluster with the JVM sink's jars (copied, so a rebuild mid-run cannot bite)."""
+    """A driver session on the cluster with the JVM sink's and the rate source's jars (driver and executors)."""
+    from pack_lab.rate_source import rate_source_jars
     from pack_lab.rtm_lab import build_session
     from rtm_lakebase.jvm import jvm_sink_jars
 
     conf = dict(master_conf)
     conf.setdefault("spark.task.maxFailures", "8")
-    spark = build_session(cores=1, shuffle_partitions=1, jars=jvm_sink_jars(), app_name=app,
+    spark = build_session(cores=1, shuffle_partitions=1, jars=jvm_sink_jars() + rate_source_jars(), app_name=app,
                           extra_conf=conf, jvm_log=jvm_log)
     if jvm_log is not None:  # task losses and retries are logged at WARN
         spark.sparkContext.setLogLevel("WARN")
@@ -86,9 +95,33 @@ class QueryEvent:
         return {"t_s": round(self.at, 1), "path": self.path, "what": self.what, "detail": self.detail}
 
 
+@dataclass(frozen=True)
+class RatePlan:
+    """The rate source's rows for one run: ``total_rows`` rows, row ``i`` due at ``start_ms + i * 1000 / rate``."""
+
+    rate: int
+    total_rows: int
+    start_ms: int
+
+    @classmethod
+    def starting_soon(cls, rate: int, seconds: float, lead_ms: int = RATE_LEAD_MS) -> RatePlan:
+        return cls(rate, int(rate * seconds), int(time.time() * 1000) + lead_ms)
+
+    def due(self, now_ms: int | None = None) -> int:
+        """Rows due by ``now_ms`` (the source emits no row before its ``sent_ms``), capped at ``total_rows``."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if now_ms < self.start_ms:
+            return 0
+        return min(self.total_rows, ((now_ms - self.start_ms + 1) * self.rate + 999) // 1000)
+
+
 @dataclass
 class PathRun:
-    """One sink path: source, table, checkpoint, running query; restarted from its checkpoint on failure."""
+    """One sink path: source, table, checkpoint, running query; restarted from its checkpoint on failure.
+
+    ``source="rate"`` needs ``plan`` (every start, restarts included, reads the same rows);
+    ``source="memory"`` creates a ``RealTimeMemorySource`` that a :class:`Feeder` fills.
+    """
 
     spark: Any
     path: str
@@ -100,19 +133,34 @@ class PathRun:
     events: list[QueryEvent] = field(default_factory=list)
     query: Any = None
     restarts: int = 0
+    source_kind: str = "memory"
+    plan: RatePlan | None = None
 
     def __post_init__(self) -> None:
         from pack_lab.rtm_lab import RealTimeMemorySource
 
         if self.path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
-        self.source = RealTimeMemorySource(self.spark, SCHEMA, num_partitions=1)
+        if self.source_kind not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source_kind!r}")
+        self.source = None
+        if self.source_kind == "memory":
+            self.source = RealTimeMemorySource(self.spark, SCHEMA, num_partitions=1)
+        elif self.plan is None:
+            raise ValueError("source 'rate' needs a RatePlan (rate, total_rows, start_ms)")
+
+    def dataframe(self) -> Any:
+        if self.source is not None:
+            return self.source.dataframe()
+        from pack_lab.rate_source import rate_stream
+
+        return rate_stream(self.spark, self.plan.rate, self.plan.total_rows, self.plan.start_ms, payload=PAYLOAD)
 
     def event(self, what: str, detail: str = "") -> None:
         self.events.append(QueryEvent(time.monotonic() - self.t0, self.path, what, detail))
 
     def start(self) -> None:
-        df = self.source.dataframe()
+        df = self.dataframe()
         name = f"{self.path}_{self.table}"
         settings = with_app_name(self.dsn, app_name(self.path))
         if self.path == "rtm_jvm":
@@ -184,6 +232,42 @@ class Feeder(threading.Thread):
             self.error = exc
 
 
+class RateSchedule(threading.Thread):
+    """The rate source's counterpart of :class:`Feeder`: feeds nothing, ends when the last row is due.
+
+    ``sent`` is how many rows are due by now, the same count ``Feeder.sent`` gives.
+    """
+
+    def __init__(self, plan: RatePlan):
+        super().__init__(name="rate-schedule", daemon=True)
+        self.plan = plan
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+        self.end_ms = plan.start_ms + (plan.total_rows * 1000 + plan.rate - 1) // plan.rate
+
+    @property
+    def sent(self) -> int:
+        return self.plan.due()
+
+    def run(self) -> None:
+        while not self.halt.is_set() and time.time() * 1000 < self.end_ms:
+            self.halt.wait(min(1.0, max(0.0, self.end_ms / 1000 - time.time())))
+
+
+def start_rows(runs: Sequence[PathRun], rate: int, seconds: float) -> Feeder | RateSchedule:
+    """Start whatever brings the runs' rows: a :class:`RateSchedule` for the rate source, else a :class:`Feeder`."""
+    kinds = {r.source_kind for r in runs}
+    plans = {r.plan for r in runs}
+    if kinds == {"rate"} and len(plans) == 1:
+        feeder: Feeder | RateSchedule = RateSchedule(plans.pop())
+    elif kinds == {"memory"}:
+        feeder = Feeder(runs, rate, seconds)
+    else:
+        raise ValueError("all paths of a run must use one source and, for 'rate', one RatePlan")
+    feeder.start()
+    return feeder
+
+
 def table_report(conn: Any, table: str, expected: int, window_s: float | None = None,
                  t0_ms: int | None = None) -> dict[str, Any]:
     """Missing and duplicated ids among ``0 … expected-1`` and sink-visible latency (ms) percentiles."""
@@ -249,7 +333,7 @@ def scheduler_log(jvm_log: Path) -> dict[str, Any]:
 
 
 def run_driver(master_conf: dict[str, str], dsn: str, paths: Sequence[str], rate: int, seconds: float,
-               workdir: Path, drain_timeout_s: float = 180, trigger_s: int = 5,
+               workdir: Path, drain_timeout_s: float = 180, trigger_s: int = 5, source: str = "rate",
                progress: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
     """Create the tables, run every path at ``rate`` rows/s for ``seconds``, drain, report."""
     import psycopg
@@ -260,14 +344,15 @@ def run_driver(master_conf: dict[str, str], dsn: str, paths: Sequence[str], rate
             conn.execute(table_ddl(table))
     spark = cluster_session(master_conf, jvm_log=str(workdir / "driver-jvm.log"))
     checkpoints = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=workdir))  # fresh: an old offset would skip rows
-    runs = [PathRun(spark, p, dsn, tables[p], str(checkpoints / p), trigger_s=trigger_s) for p in paths]
-    t0_ms = int(time.time() * 1000)
+    plan = RatePlan.starting_soon(rate, seconds) if source == "rate" else None
+    runs = [PathRun(spark, p, dsn, tables[p], str(checkpoints / p), trigger_s=trigger_s, source_kind=source,
+                    plan=plan) for p in paths]
+    t0_ms = plan.start_ms if plan else int(time.time() * 1000)
     try:
         for run in runs:
             run.start()
-        progress(json.dumps({"event": "started", "tables": tables}))
-        feeder = Feeder(runs, rate, seconds)
-        feeder.start()
+        progress(json.dumps({"event": "started", "tables": tables, "source": source}))
+        feeder = start_rows(runs, rate, seconds)
         while feeder.is_alive():
             for run in runs:
                 run.supervise()
@@ -284,7 +369,7 @@ def run_driver(master_conf: dict[str, str], dsn: str, paths: Sequence[str], rate
                                 feeder.sent, drain_timeout_s, supervise_all)
         with psycopg.connect(dsn, autocommit=True) as conn:
             reports = {p: table_report(conn, tables[p], feeder.sent) for p in paths}
-        return {"rows_per_path": feeder.sent, "drained": drained, "tables": tables, "paths": reports,
+        return {"source": source, "rows_per_path": feeder.sent, "drained": drained, "tables": tables, "paths": reports,
                 "events": [e.as_dict() for r in runs for e in r.events],
                 "restarts": {r.path: r.restarts for r in runs}, "t0_ms": t0_ms,
                 "scheduler": scheduler_log(workdir / "driver-jvm.log")}
@@ -304,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--drain-timeout", type=float, default=180)
+    parser.add_argument("--source", choices=SOURCES, default="rate",
+                        help="rate: the lab's deterministic rate source (default); memory: LowLatencyMemoryStream")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
@@ -313,7 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     conf = dict(json.loads(args.conf), **{"spark.master": args.master})
     workdir = Path(args.out).resolve().parent
     try:
-        result = run_driver(conf, args.dsn, paths, args.rate, args.seconds, workdir, args.drain_timeout)
+        result = run_driver(conf, args.dsn, paths, args.rate, args.seconds, workdir, args.drain_timeout,
+                            source=args.source)
     except KeyboardInterrupt:
         print("cluster_stream: interrupted", file=sys.stderr)
         return 130

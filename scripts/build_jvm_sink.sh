@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pack's Java classes into cached jars and makes sure the Postgres JDBC driver is
 # there: the JVM sink (every rtm_lakebase/jvm/*.java → rtm_lakebase/jvm/build/) and the fast
-# Python foreach writer (rtm_lakebase/foreach/*.java → rtm_lakebase/foreach/build/). Sourced by
+# Python foreach writer (rtm_lakebase/foreach/*.java → rtm_lakebase/foreach/build/), and the lab's
+# rate source (pack_lab/jvm/*.java → pack_lab/jvm/build/, see pack_lab/rate_source.py). Sourced by
 # scripts/setup.sh after the venv exists ($PY set); can also run alone:
 # `bash scripts/build_jvm_sink.sh`.
 #
@@ -115,12 +116,13 @@ _jvm_sink_build() {
   _jvm_compile "$root/rtm_lakebase/jvm" "$root/rtm_lakebase/jvm/build" rtm-lakebase-jvm-sink "the JVM sink" || return 1
   _jvm_compile "$root/rtm_lakebase/foreach" "$root/rtm_lakebase/foreach/build" rtm-lakebase-foreach \
     "the fast foreach writer" || return 1
+  _jvm_compile "$root/pack_lab/jvm" "$root/pack_lab/jvm/build" rtm-lab-rate-source "lab rate source" || return 1
   return 0
 }
 
 if [ "$_jvm_sink_sourced" = 1 ]; then
-  _jvm_sink_build || die "the JVM sink or the fast foreach writer could not be built (see the messages above)"
+  _jvm_sink_build || die "the JVM sink, the fast foreach writer or the lab rate source could not be built (see the messages above)"
 else
   set -euo pipefail
-  _jvm_sink_build || { echo "build_jvm_sink: the JVM sink or the fast foreach writer could not be built (see the messages above)" >&2; exit 1; }
+  _jvm_sink_build || { echo "build_jvm_sink: the JVM sink, the fast foreach writer or the lab rate source could not be built (see the messages above)" >&2; exit 1; }
 fi

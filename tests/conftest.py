@@ -44,6 +44,12 @@ def spark():
         jars += foreach_jars()
     except FastForeachUnavailable:
         pass
+    try:  # the lab's rate source (pack_lab/jvm), built by the same script
+        from pack_lab.rate_source import RateSourceUnavailable, rate_source_jars
+
+        jars += rate_source_jars()
+    except RateSourceUnavailable:
+        pass
     session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
                             app_name="rtm-pack-tests", jars=jars or None)
     # recentProgress keeps 100 batches by default; a quiet machine runs more than that in one test,

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_jvm_sink.sh"
 SOURCE = ROOT / "rtm_lakebase" / "jvm" / "PostgresForeachWriter.java"
 FOREACH_SOURCE = ROOT / "rtm_lakebase" / "foreach" / "LowLatencyPythonForeachWriter.java"
+RATE_SOURCE_DIR = ROOT / "pack_lab" / "jvm"  # the lab's rate source, built by the same script
 TOOLS = ["dirname", "sha256sum", "cut", "id", "mktemp", "cat", "grep", "ls", "head", "mkdir", "rm", "mv",
          "basename"]
 
@@ -26,6 +27,9 @@ def copy_of_the_repo(tmp_path: Path) -> Path:
     (root / "scripts").mkdir(parents=True)
     (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
     (root / "rtm_lakebase" / "foreach").mkdir(parents=True)
+    (root / "pack_lab" / "jvm").mkdir(parents=True)
+    for source in RATE_SOURCE_DIR.glob("*.java"):
+        shutil.copy(source, root / "pack_lab" / "jvm" / source.name)
     shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
     for source in SOURCE.parent.glob("*.java"):  # the build compiles every .java file there
         shutil.copy(source, root / "rtm_lakebase" / "jvm" / source.name)
@@ -107,6 +111,12 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
         assert "rtm_lakebase/foreach/LowLatencyPythonForeachWriter.class" in z.namelist()
     assert foreach_jar.with_suffix(".sha256").read_text().strip() == \
         hashlib.sha256(FOREACH_SOURCE.read_bytes()).hexdigest()
+
+    rate_jar = root / "pack_lab" / "jvm" / "build" / "rtm-lab-rate-source.jar"
+    assert "compiling lab rate source" in first.stderr
+    with zipfile.ZipFile(rate_jar) as z:
+        assert "pack_lab/jvm/RateSource.class" in z.namelist()
+    assert rate_jar.with_suffix(".sha256").read_text().strip() == sources_sha(RATE_SOURCE_DIR)
 
     again = run(root, path, PG_JDBC_JAR=str(driver))
     assert again.returncode == 0 and "compiling" not in again.stderr  # cached
