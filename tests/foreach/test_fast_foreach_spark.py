@@ -71,6 +71,10 @@ def test_an_exception_in_process_fails_the_task_and_reaches_close(fast_spark, tm
     """Same on both paths: close(error) gets the exception, the query dies with it, no row after it."""
     result = lab.failing_query(fast_spark, path, str(tmp_path), raise_on=7)
     assert result["query_error"] and "boom on row 7" in result["query_error"]
+    # The task's error is the worker's, or (fast path, its interrupt broke the source's wait) caused by it:
+    # never the interrupt with the worker's error merely suppressed.
+    assert lab.reported_error(result["query_error"]) in (
+        ("error", "[PYTHON_EXCEPTION]"), ("cause", "[PYTHON_EXCEPTION]")), result["query_error"][:3000]
     assert len(result["close_errors"]) == 1 and "ValueError('boom on row 7')" in result["close_errors"][0]
     assert result["rows_seen"] == list(range(8))
 
@@ -81,6 +85,9 @@ def test_a_killed_python_worker_fails_the_task(fast_spark, tmp_path, path):
     result = lab.failing_query(fast_spark, path, str(tmp_path), kill_on=5)
     assert result["query_error"], "the query did not fail"
     assert "Python worker exited unexpectedly" in result["query_error"], result["query_error"][:500]
+    assert lab.reported_error(result["query_error"]) in (
+        ("error", "Python worker exited unexpectedly"), ("cause", "Python worker exited unexpectedly")), \
+        result["query_error"][:3000]
     assert result["close_errors"] == []
     assert result["rows_seen"] == list(range(6))
 
