@@ -56,7 +56,7 @@ def test_fast_foreach_runs_and_matches_stock_on_version(version, tmp_path, fast_
         assert fast[scenario]["close_errors"] == stock[scenario]["close_errors"]
         assert fast[scenario]["rows_seen"] == stock[scenario]["rows_seen"]
     assert "boom on row 7" in fast["raise"]["query_error"]
-    assert lab.reported_error(fast["raise"]["query_error"])[1] == "[FOREACH_USER_FUNCTION_ERROR]"
+    assert lab.reported_error(fast["raise"]["query_error"])[1] in ("[FOREACH_USER_FUNCTION_ERROR]", "[PYTHON_EXCEPTION]")
     assert lab.reported_error(fast["kill"]["query_error"])[1] == "Python worker exited unexpectedly"
     assert fast["raise"]["close_errors"] == ["ValueError('boom on row 7')"]
     assert fast["kill"]["close_errors"] == []
