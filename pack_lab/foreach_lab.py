@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -67,6 +68,48 @@ class RecordingWriter:
     def close(self, error) -> None:
         self._write(event="close", epoch=self._epoch, error=None if error is None else repr(error))
         self._file.close()
+
+
+#: How a task's exception line reads in a query's message: "(TID 5) (host executor driver): java.lang.X: text".
+_TASK_FAILURE = re.compile(r"\(TID \d+\) \([^)]*\): ([\w.$]+)(?:: ([^\n]*))?")
+_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+)(?:: ([^\n]*))?", re.MULTILINE)
+#: Exceptions an interrupt produces in whatever the task thread was doing (a source's sleep, an RPC wait, IO).
+INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                 "java.nio.channels.ClosedByInterruptException")
+
+
+def _kind(cls: str, text: str | None) -> str:
+    text = text or ""
+    found = re.match(r"\[[A-Z_.]+\]", text)
+    if found:
+        return found.group(0)
+    if "Python worker exited unexpectedly" in text:
+        return "Python worker exited unexpectedly"
+    return cls
+
+
+def reported_error(message: str) -> tuple[str, str]:
+    """How a failed query's message names the task's error: ``(how, kind)``.
+
+    ``kind`` is the error class (``[FOREACH_USER_FUNCTION_ERROR]``, ``[PYTHON_EXCEPTION]``),
+    ``"Python worker exited unexpectedly"`` for a crashed worker, else the exception's class.
+    ``how`` is ``"error"`` when the task failed with that error, ``"cause"`` when it failed with an
+    interrupt's exception (the fast path's fail-fast interrupt, thrown by the source the task was
+    waiting in) whose cause is that error, ``"interrupt"`` when it failed with an interrupt and no cause
+    names anything else (the worker's error at best a suppressed one: the defect this guards against).
+    """
+    head = re.search(r"terminated with exception: (\[[A-Z_.]+\])", message)
+    if head:
+        return "error", head.group(1)
+    task = _TASK_FAILURE.search(message)
+    if not task:
+        return "error", message.splitlines()[0][:200] if message else ""
+    if task.group(1) not in INTERRUPTIONS:
+        return "error", _kind(task.group(1), task.group(2))
+    cause = _CAUSED_BY.search(message, task.end())
+    if cause and cause.group(1) not in INTERRUPTIONS:
+        return "cause", _kind(cause.group(1), cause.group(2))
+    return "interrupt", task.group(1)
 
 
 def read_events(folder: str | Path) -> list[dict[str, Any]]:

@@ -31,8 +31,13 @@
  *      the input so the runner reads the error at once. When the writer thread then ends with
  *      that error before close(), it interrupts the task thread (captured in open()), so the
  *      task and the query fail within seconds, not at the end of the long real-time batch;
- *      the engine calls close(error), which throws the worker's error (Spark attaches it to the
- *      task's failure), so the query's message names the cause. The pack's
+ *      the task's failure names the worker's error: where the interrupt lands in this writer
+ *      (process()), process() throws that error; where it lands in the source, which waits for
+ *      rows (e.g. its Thread.sleep throws InterruptedException), Spark fails the task with the
+ *      source's exception and keeps it first whatever a writer throws later (close()'s error
+ *      only becomes a suppressed one), so a task failure listener makes the worker's error the
+ *      root cause of that exception: the message reads "InterruptedException ... Caused by:"
+ *      the worker's error, on every supported release. The pack's
  *      PostgresForeachWriter makes its worker raise a flush that failed for good at once
  *      (rtm_lakebase/sink/interrupt.py); any writer whose worker raises gets the same.
  * It extends PythonForeachWriter so Spark hands it UnsafeRows exactly as it does the stock
@@ -73,6 +78,7 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.NextIterator;
 import org.apache.spark.util.TaskCompletionListener;
+import org.apache.spark.util.TaskFailureListener;
 import org.apache.spark.util.Utils;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -103,6 +109,7 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
   private transient Thread taskThread;        // interrupted when the writer thread fails before close()
   private transient boolean closing;          // guarded by lock
   private transient boolean interruptedTask;  // guarded by lock
+  private transient boolean causeAttached;    // the worker's error is the cause of the task's failure
 
   public LowLatencyPythonForeachWriter(PythonFunction func, StructType schema) {
     this(func, schema, DEFAULT_MAX_BATCH_ROWS, DEFAULT_MAX_BATCH_BYTES);
@@ -150,6 +157,8 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     taskThread = Thread.currentThread();
     closing = false;
     interruptedTask = false;
+    causeAttached = false;
+    context.addTaskFailureListener((TaskFailureListener) (ctx, error) -> attachCause(error));
     writerThread = new FailFastWriterThread(output, this::writerFailed);
     writerThread.start();
     context.addTaskCompletionListener((TaskCompletionListener) ctx -> {
@@ -165,8 +174,66 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     if (failed != null) {
       throw LowLatencyPythonForeachWriter.<RuntimeException>sneakyThrow(failed);
     }
-    buffer.add(value);
-    feed.added();
+    try {
+      buffer.add(value);
+      feed.added();
+    } catch (RuntimeException | Error e) {
+      throw LowLatencyPythonForeachWriter.<RuntimeException>sneakyThrow(ownInterrupt(e));
+    }
+  }
+
+  /**
+   * {@code e} broke this task thread; if our interrupt (point 4) caused it, the worker's error, with
+   * {@code e} suppressed, so the task fails naming the cause rather than the interrupt.
+   */
+  private Throwable ownInterrupt(Throwable e) {
+    Throwable failed = writerThread._exception();
+    boolean ours;
+    synchronized (lock) {
+      ours = interruptedTask;
+    }
+    if (!ours || failed == null || failed == e) {
+      return e;
+    }
+    failed.addSuppressed(e);
+    return failed;
+  }
+
+  /**
+   * Task failure listener: the task fails with whatever our interrupt broke, usually in the source
+   * (its wait for rows), and Spark keeps that exception first. Make the worker's error its root
+   * cause, so the task's failure (and the query's message) names it: "Caused by: ...".
+   */
+  private void attachCause(Throwable error) {
+    Throwable failed = writerThread == null ? null : writerThread._exception();
+    synchronized (lock) {
+      if (!interruptedTask || failed == null || error == null) {
+        return;
+      }
+    }
+    Throwable root = error;
+    boolean interrupted = false;  // only an interrupt's exception gets the worker's error as cause
+    for (int depth = 0; depth < 50; depth++) {
+      if (root == failed) {
+        return;  // the failure already is (or is caused by) the worker's error
+      }
+      interrupted |= root instanceof InterruptedException || root instanceof java.io.InterruptedIOException
+          || root instanceof java.nio.channels.ClosedByInterruptException;
+      Throwable next = root.getCause();
+      if (next == null || next == root) {
+        break;
+      }
+      root = next;
+    }
+    if (!interrupted) {
+      return;  // something else failed the task: close() adds the worker's error as suppressed
+    }
+    try {
+      root.initCause(failed);
+      causeAttached = true;
+    } catch (IllegalStateException | IllegalArgumentException e) {
+      // its cause is fixed: close() throws the worker's error, which Spark adds as suppressed
+    }
   }
 
   /** The writer thread ended with an error before close(): fail the task now (point 4 above). */
@@ -202,6 +269,9 @@ public class LowLatencyPythonForeachWriter extends PythonForeachWriter {
     }
     Throwable failed = writerThread._exception();
     if (failed != null) {
+      if (causeAttached && errorOrNull != null) {
+        return;  // the task's failure already has it as its cause; thrown again it shows twice
+      }
       throw LowLatencyPythonForeachWriter.<RuntimeException>sneakyThrow(failed);
     }
     if (feed.cut()) {  // never drop rows silently, even if a worker behaves in a way not foreseen

@@ -14,7 +14,8 @@
  *   flusher thread per writer does all writing, so the tail is written even when no further row
  *   arrives (under real-time mode close() only comes at the end of a long batch). A flush that
  *   fails for good interrupts the task thread, so the task fails at once instead of at the end
- *   of the long batch; the error is thrown by the next process() or by close().
+ *   of the long batch; the error is thrown by the next process() or, when the interrupt broke the
+ *   source's wait for rows, becomes the cause of the source's InterruptedException (see attachCause).
  * - Column types and casts come from PgColumnTypes (the Python sink's catalog query); values
  *   are bound by PgBinder (java.time, no dependence on the executor's time zone).
  * - A lost connection is re-opened and the flush retried (bounded, jittered backoff); upserts
@@ -68,6 +69,7 @@ import java.util.concurrent.locks.ReentrantLock;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.ForeachWriter;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.types.BinaryType;
@@ -87,6 +89,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.TimestampNTZType;
 import org.apache.spark.sql.types.TimestampType;
+import org.apache.spark.util.TaskFailureListener;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -169,6 +172,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     private transient java.time.ZoneId sessionZone;
     private transient Thread taskThread;                   // interrupted when a flush fails for good
     private transient boolean interruptedTask;
+    private transient boolean causeAttached;  // the flush's error is the cause of the task's failure
     private transient List<String> keyColumns;
     private transient String[] columns;
     private transient int[] fieldIndex;
@@ -272,6 +276,10 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         this.partitionId = partitionId;
         this.epochId = epochId;
         this.taskThread = Thread.currentThread();
+        TaskContext context = TaskContext.get();
+        if (context != null) {
+            context.addTaskFailureListener((TaskFailureListener) (ctx, failure) -> attachCause(failure));
+        }
         this.sessionZone = PgBinder.sessionZone();
         try {
             withRetries(this::connectAndDescribe, "open");
@@ -407,14 +415,61 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
     /**
      * The flusher interrupted the task thread to fail the task at once; the engine then fails it with
      * whatever the interrupt broke (a source's sleep: InterruptedException) and calls close(error).
-     * Throwing the flush's error here attaches it to that exception (Spark adds it as suppressed), so
-     * the query's message names the row and column. Clears the flag we set.
+     * attachCause (a task failure listener) has made the flush's error that exception's cause, so the
+     * query's message names the row and column; where it could not, throwing the flush's error here
+     * attaches it as a suppressed exception. Clears the flag we set.
      */
     private RuntimeException reportInterrupt(Throwable errorOrNull) {
         if (Thread.currentThread() == taskThread) {
             Thread.interrupted();
         }
+        if (causeAttached) {
+            return null;  // the task's failure already has the flush's error as its cause
+        }
         return errorOrNull != null && error != null && errorOrNull != error ? error : null;
+    }
+
+    /**
+     * Task failure listener (runs before close()): the task fails with whatever our interrupt broke,
+     * usually a source waiting for rows (InterruptedException), and Spark keeps that exception first
+     * whatever close() throws later (it only becomes a suppressed one). Making the flush's error the
+     * root cause of that exception lets the task's failure and the query's message name it
+     * ("Caused by: ..."). Only an interrupt's exception is given a cause.
+     */
+    private void attachCause(Throwable failure) {
+        RuntimeException failed;
+        lock.lock();
+        try {
+            if (!interruptedTask || error == null || failure == null) {
+                return;
+            }
+            failed = error;
+        } finally {
+            lock.unlock();
+        }
+        Throwable root = failure;
+        boolean interrupted = false;
+        for (int depth = 0; depth < 50; depth++) {
+            if (root == failed) {
+                return;  // the failure already is (or is caused by) the flush's error
+            }
+            interrupted |= root instanceof InterruptedException || root instanceof java.io.InterruptedIOException
+                || root instanceof java.nio.channels.ClosedByInterruptException;
+            Throwable next = root.getCause();
+            if (next == null || next == root) {
+                break;
+            }
+            root = next;
+        }
+        if (!interrupted) {
+            return;  // something else failed the task: close() adds the flush's error as suppressed
+        }
+        try {
+            root.initCause(failed);
+            causeAttached = true;
+        } catch (IllegalStateException | IllegalArgumentException e) {
+            // its cause is fixed: close() throws the flush's error, which Spark adds as suppressed
+        }
     }
 
     /** Counters of this task's writer, for logs and tests. */
@@ -435,6 +490,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
         appended = new ArrayList<>();
         oldestNanos = -1;
         closing = false;
+        causeAttached = false;
         error = null;
         tableColumns = null;
         columnTypes = null;

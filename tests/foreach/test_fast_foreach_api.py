@@ -81,3 +81,32 @@ def test_trigger_needs_exactly_one_entry():
     with pytest.raises(ValueError, match="exactly one entry"):
         ff.start_foreach_query(_ConnectLikeDataFrame(), print, checkpoint_location="/tmp/x",
                                trigger={"realTime": "5 seconds", "once": True})
+
+
+# Shapes of real query messages (PySpark 4.1.4, pack_lab/foreach_lab.py's raise scenario), cut down.
+_TASK = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted due to stage failure: "
+         "Task 0 in stage 0.0 failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 (TID 0) "
+         "(192.0.2.2 executor driver): java.lang.InterruptedException: sleep interrupted\n"
+         "\tat java.base/java.lang.Thread.sleep(Native Method)\n")
+_WORKER = ("org.apache.spark.sql.execution.streaming.sources.ForeachUserFuncException: [FOREACH_USER_FUNCTION_ERROR] "
+           "An error occurred in the user provided function in foreach sink. Reason: Traceback\n"
+           "ValueError: boom on row 7\n")
+
+
+@pytest.mark.parametrize(("message", "expected"), [
+    # stock foreach: the worker's error is the task's error
+    ("[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_USER_FUNCTION_ERROR] An error occurred",
+     ("error", "[FOREACH_USER_FUNCTION_ERROR]")),
+    ("[STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted due to stage failure: Lost task 0.0 in "
+     "stage 1.0 (TID 1) (192.0.2.2 executor driver): org.apache.spark.SparkException: Python worker exited "
+     "unexpectedly (crashed).\nCaused by: java.io.EOFException\n",
+     ("error", "Python worker exited unexpectedly")),
+    # the fast path after the fix: the interrupt's exception, caused by the worker's error
+    (_TASK + "Caused by: " + _WORKER, ("cause", "[FOREACH_USER_FUNCTION_ERROR]")),
+    # the defect: the worker's error only a suppressed exception of the interrupt's
+    (_TASK + "\tSuppressed: " + _WORKER, ("interrupt", "java.lang.InterruptedException")),
+])
+def test_reported_error_tells_a_named_cause_from_a_bare_interrupt(message, expected):
+    from pack_lab.foreach_lab import reported_error
+
+    assert reported_error(message) == expected

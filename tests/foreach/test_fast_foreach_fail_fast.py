@@ -15,6 +15,7 @@ import uuid
 import pytest
 from psycopg import sql
 
+from pack_lab import foreach_lab as lab
 from pack_lab.rtm_lab import RealTimeMemorySource
 from rtm_lakebase.foreach import start_foreach_query
 from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
@@ -59,6 +60,9 @@ def test_a_failed_flush_fails_the_fast_query_within_seconds_naming_the_cause_and
         query.stop()
     # The cause, from the flush: Postgres' error inside the writer's SinkError.
     assert f'relation "{table_name}" does not exist' in message and "SinkError" in message, message[-2000:]
+    # ... as the task's error or the cause of the interrupt that failed it, not a suppressed afterthought.
+    assert lab.reported_error(message) in (("error", "[PYTHON_EXCEPTION]"), ("cause", "[PYTHON_EXCEPTION]")), \
+        message[:3000]
     # Nothing left running: the Python worker (and its flusher thread) ended, its connection is closed.
     worker_pid = int(pid_file.read_text())
     wait_until(lambda: _gone(worker_pid), None, 20, f"the Python worker {worker_pid} to exit")

@@ -71,6 +71,10 @@ def test_an_exception_in_process_fails_the_task_and_reaches_close(fast_spark, tm
     """Same on both paths: close(error) gets the exception, the query dies with it, no row after it."""
     result = lab.failing_query(fast_spark, path, str(tmp_path), raise_on=7)
     assert result["query_error"] and "boom on row 7" in result["query_error"]
+    # The task's error is the worker's, or (fast path, its interrupt broke the source's wait) caused by it:
+    # never the interrupt with the worker's error merely suppressed.
+    assert lab.reported_error(result["query_error"]) in (
+        ("error", "[PYTHON_EXCEPTION]"), ("cause", "[PYTHON_EXCEPTION]")), result["query_error"][:3000]
     assert len(result["close_errors"]) == 1 and "ValueError('boom on row 7')" in result["close_errors"][0]
     assert result["rows_seen"] == list(range(8))
 
@@ -81,8 +85,38 @@ def test_a_killed_python_worker_fails_the_task(fast_spark, tmp_path, path):
     result = lab.failing_query(fast_spark, path, str(tmp_path), kill_on=5)
     assert result["query_error"], "the query did not fail"
     assert "Python worker exited unexpectedly" in result["query_error"], result["query_error"][:500]
+    assert lab.reported_error(result["query_error"]) in (
+        ("error", "Python worker exited unexpectedly"), ("cause", "Python worker exited unexpectedly")), \
+        result["query_error"][:3000]
     assert result["close_errors"] == []
     assert result["rows_seen"] == list(range(6))
+
+
+@pytest.mark.parametrize("path", lab.PATHS)
+def test_stopping_the_query_mid_batch_ends_it_without_an_error(fast_spark, tmp_path, path):
+    """query.stop() interrupts the task while it waits in the source; the worker then ends too. The fast
+    path's fail-fast watcher must not turn that into a failure: the query ends with no exception."""
+    import os
+    import tempfile
+
+    folder = tempfile.mkdtemp(dir=str(tmp_path))
+    source = RealTimeMemorySource(fast_spark, lab.SCHEMA, num_partitions=1)
+    query = lab.start(path, source.dataframe(), lab.RecordingWriter(folder), os.path.join(str(tmp_path), "ck"),
+                      trigger={"realTime": "5 minutes"})
+    try:
+        source.add([{"id": i} for i in range(3)])
+        if path == "fast":  # stock foreach holds the rows until the batch ends
+            lab._wait(lambda: len(lab._seen_ids(folder)) == 3, query, 60, "3 rows")
+        else:
+            time.sleep(2)
+    finally:
+        query.stop()
+    assert not query.isActive
+    assert query.exception() is None, query.exception()
+    time.sleep(2)  # anything the stop set off in the writer has happened by now
+    assert query.exception() is None
+    errors = [e["error"] for e in lab.read_events(folder) if e["event"] == "close"]
+    assert all(error is None for error in errors), errors
 
 
 def test_the_writer_class_missing_from_the_session_is_one_line(fast_spark, monkeypatch):

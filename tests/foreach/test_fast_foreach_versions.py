@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 
 import pytest
 
+from pack_lab import foreach_lab as lab
 from pack_lab import spark_versions as sv
-
-
-def _error_kind(message: str) -> str:
-    """What a query failure says went wrong: the error class (``[FOREACH_USER_FUNCTION_ERROR]``)
-    or, for a crashed worker, Spark's sentence about it."""
-    found = re.search(r"terminated with exception: (\[[A-Z_.]+\])", message)
-    if found:
-        return found.group(1)
-    assert "Python worker exited unexpectedly" in message, message[:400]
-    return "Python worker exited unexpectedly"
 
 
 def _run_lab(version: str, out) -> dict:
@@ -53,22 +43,20 @@ def test_fast_foreach_runs_and_matches_stock_on_version(version, tmp_path, fast_
         assert set(deliver["epoch_duplicates"].values()) == {0}
     # Rows handed over as they come: each trickled row reached process() in the same epoch.
     assert len(fast["deliver"]["trickle_epochs"]) == 2 and len(set(fast["deliver"]["trickle_epochs"])) == 1
-    known_defect = None
     for scenario in ("raise", "kill"):
-        assert fast[scenario]["query_error"] and stock[scenario]["query_error"]
-        if ("InterruptedException" in fast[scenario]["query_error"]
-                and "InterruptedException" not in stock[scenario]["query_error"]):
-            # Known defect (issue 22 note): the fail-fast watcher interrupts the task when the worker fails and, on
-            # this release, the query reports the interrupt instead of the worker's error or crash.
-            known_defect = fast[scenario]["query_error"][:300]
-            continue
-        # Same error class, same close() calls, same rows seen as stock foreach on this version.
-        assert _error_kind(fast[scenario]["query_error"]) == _error_kind(stock[scenario]["query_error"])
+        fast_error, stock_error = fast[scenario]["query_error"], stock[scenario]["query_error"]
+        assert fast_error and stock_error
+        # Stock foreach fails the task with the worker's error; the fast path with it too, or, when its fail-fast
+        # interrupt broke the source's wait for rows, with that interrupt caused by it: never the bare interrupt.
+        stock_how, stock_kind = lab.reported_error(stock_error)
+        fast_how, fast_kind = lab.reported_error(fast_error)
+        assert stock_how == "error", stock_error[:1000]
+        assert fast_how in ("error", "cause") and fast_kind == stock_kind, fast_error[:3000]
+        # Same close() calls, same rows seen as stock foreach on this version.
         assert fast[scenario]["close_errors"] == stock[scenario]["close_errors"]
         assert fast[scenario]["rows_seen"] == stock[scenario]["rows_seen"]
-    if not known_defect:
-        assert fast["raise"]["close_errors"] == ["ValueError('boom on row 7')"]
-    else:
-        pytest.xfail(f"a failed worker's query names the interrupt, not the worker's error, on {version}: "
-                     f"{known_defect}")
+    assert "boom on row 7" in fast["raise"]["query_error"]
+    assert lab.reported_error(fast["raise"]["query_error"])[1] in ("[FOREACH_USER_FUNCTION_ERROR]", "[PYTHON_EXCEPTION]")
+    assert lab.reported_error(fast["kill"]["query_error"])[1] == "Python worker exited unexpectedly"
+    assert fast["raise"]["close_errors"] == ["ValueError('boom on row 7')"]
     assert fast["kill"]["close_errors"] == []

@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from pack_lab.foreach_lab import reported_error
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
 from rtm_lakebase.jvm.sink import build_jvm_writer, start_jvm_sink_query
 from rtm_lakebase.sink.statements import create_table_sql
@@ -349,6 +350,10 @@ def test_a_failed_flush_fails_a_real_time_query_in_seconds_not_at_the_batch_end(
     finally:
         query.stop()
     assert elapsed < 60 and f'relation "{table_name}" does not exist' in message
+    # The flush's error is the task's error, or the cause of the interrupt's exception that failed the task
+    # (the source's wait for rows), not only a suppressed exception of it.
+    how, kind = reported_error(message)
+    assert how in ("error", "cause") and kind.endswith("PostgresSinkException"), message[:3000]
 
 
 def test_setup_errors_name_the_table_and_columns(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
