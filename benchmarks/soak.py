@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -153,6 +154,23 @@ def summarise(samples: list[dict[str, Any]], paths: list[str], workers: int) -> 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The soak in a fresh work folder, removed after an exact run (kept, and named, otherwise)."""
+    paths = args.paths
+    per_path_rate = max(1, round(args.rate / len(paths)))
+    work = Path(tempfile.mkdtemp(prefix="rtm-soak-"))
+    exact = False
+    try:
+        result = _run(args, work, paths, per_path_rate)
+        exact = result["drained"] and result["lost_total"] == 0 and result["duplicated_total"] == 0
+        return result
+    finally:
+        if exact and not args.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        else:  # something went wrong: the logs and checkpoints are what tells why
+            say(f"logs and checkpoints kept in {work} (delete it when done)")
+
+
+def _run(args: argparse.Namespace, work: Path, paths: list[str], per_path_rate: int) -> dict[str, Any]:
     import psycopg
 
     from pack_lab.cluster_stream import (
@@ -170,9 +188,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from pack_lab.standalone_cluster import StandaloneCluster
     from pack_lab.tcp_proxy import TcpProxy
 
-    paths = args.paths
-    per_path_rate = max(1, round(args.rate / len(paths)))
-    work = Path(tempfile.mkdtemp(prefix="rtm-soak-"))
     say(f"starting Postgres, a proxy and a standalone cluster (2 workers × {args.cores} cores); work dir {work}")
     load_before = os.getloadavg()
     with EmbeddedPostgres(settings=SERVER_SETTINGS, log=say) as pg, TcpProxy(pg.port) as proxy, \
@@ -302,6 +317,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cores", type=int, default=3, help="cores per worker")
     p.add_argument("--executor-memory", default="768m")
     p.add_argument("--drain-timeout", type=float, default=300.0)
+    p.add_argument("--keep-work", action="store_true",
+                   help="keep the work folder (cluster logs, checkpoints) after an exact run too")
     p.add_argument("--source", choices=SOURCES, default="rate",
                    help="rate: the lab's deterministic rate source (pack_lab/rate_source.py, default); "
                         "memory: Spark's LowLatencyMemoryStream, fed row by row (slows as it holds more)")

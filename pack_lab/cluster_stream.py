@@ -4,6 +4,8 @@ The driver side of the cluster tests and of ``benchmarks/soak.py``:
 
 - :class:`PathRun` — one sink path (``rtm_jvm``: real-time mode + the JVM sink;
   ``rtm_python``: real-time mode + the Python ``PostgresForeachWriter``;
+  ``rtm_fast``: real-time mode + the same Python writer through the fast foreach path
+  (``rtm_lakebase.foreach.start_foreach_query``);
   ``mb_python``: micro-batch + the Python writer) with its own source, table and
   checkpoint. Its :meth:`PathRun.supervise` restarts a failed query from the same
   checkpoint — the recovery recipe the reference gives — and records why it failed.
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PATHS = ("rtm_jvm", "rtm_python", "mb_python")
+PATHS = ("rtm_jvm", "rtm_python", "rtm_fast", "mb_python")
 SOURCES = ("rate", "memory")
 #: How far ahead of "now" the rate source's row 0 is due: the queries start meanwhile.
 RATE_LEAD_MS = 3000
@@ -70,14 +72,16 @@ def with_app_name(dsn: str, name: str) -> str:
 
 
 def cluster_session(master_conf: dict[str, str], app: str = "rtm-cluster-driver", jvm_log: str | None = None):
-    """A driver session on the cluster with the JVM sink's and the rate source's jars (driver and executors)."""
+    """A driver session on the cluster with the JVM sink's, the fast foreach path's and the rate source's jars."""
     from pack_lab.rate_source import rate_source_jars
     from pack_lab.rtm_lab import build_session
+    from rtm_lakebase.foreach import foreach_jars
     from rtm_lakebase.jvm import jvm_sink_jars
 
     conf = dict(master_conf)
     conf.setdefault("spark.task.maxFailures", "8")
-    spark = build_session(cores=1, shuffle_partitions=1, jars=jvm_sink_jars() + rate_source_jars(), app_name=app,
+    spark = build_session(cores=1, shuffle_partitions=1, jars=jvm_sink_jars() + foreach_jars() + rate_source_jars(),
+                          app_name=app,
                           extra_conf=conf, jvm_log=jvm_log)
     if jvm_log is not None:  # task losses and retries are logged at WARN
         spark.sparkContext.setLogLevel("WARN")
@@ -174,10 +178,16 @@ class PathRun:
 
             writer = PostgresForeachWriter(settings, SinkSettings(table=self.table, key_columns=("id",),
                                                                   max_dwell_ms=20))
-            trigger = ({"realTime": f"{self.trigger_s} seconds"} if self.path == "rtm_python"
-                       else {"processingTime": "0 seconds"})
-            self.query = (df.writeStream.foreach(writer).outputMode("update").queryName(name)
-                          .option("checkpointLocation", self.checkpoint).trigger(**trigger).start())
+            trigger = ({"processingTime": "0 seconds"} if self.path == "mb_python"
+                       else {"realTime": f"{self.trigger_s} seconds"})
+            if self.path == "rtm_fast":
+                from rtm_lakebase.foreach import start_foreach_query
+
+                self.query = start_foreach_query(df, writer, checkpoint_location=self.checkpoint, trigger=trigger,
+                                                 query_name=name)
+            else:
+                self.query = (df.writeStream.foreach(writer).outputMode("update").queryName(name)
+                              .option("checkpointLocation", self.checkpoint).trigger(**trigger).start())
         self.event("started" if not self.restarts else "restarted")
 
     def supervise(self) -> bool:

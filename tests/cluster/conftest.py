@@ -14,5 +14,7 @@ import pytest
 def standalone_cluster():
     from pack_lab.standalone_cluster import StandaloneCluster
 
-    with StandaloneCluster(workers=2, cores_per_worker=3, log=lambda _m: None) as cluster:
+    # 4 slots a worker: either worker alone holds every task of the fault test (three long real-time tasks
+    # and a micro-batch task), as a lost executor's tasks must find a free slot at once.
+    with StandaloneCluster(workers=2, cores_per_worker=4, log=lambda _m: None) as cluster:
         yield cluster

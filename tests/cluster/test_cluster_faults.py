@@ -1,8 +1,9 @@
-"""The three sink paths on the standalone cluster: exact tables through a lost worker and a Postgres restart.
+"""The four sink paths on the standalone cluster: exact tables through a lost worker and a Postgres restart.
 
 The driver runs in a subprocess (``python -m pack_lab.cluster_stream``) that feeds
 numbered rows into real-time mode + JVM sink, real-time mode + Python
-``foreach`` and micro-batch + Python ``foreach`` and restarts a query that dies
+``foreach``, real-time mode + the fast foreach path (same Python writer) and
+micro-batch + Python ``foreach`` and restarts a query that dies
 from its checkpoint. This test owns the cluster and Postgres and injects the
 faults: SIGKILL to the worker running the sink tasks (worker, executor and Python
 workers), then a Postgres restart. Every table must end with every id exactly once.
@@ -92,7 +93,7 @@ def test_sinks_stay_exact_through_a_lost_worker_and_a_postgres_restart(standalon
     retried = cluster.retried_tasks()
     print("re-run task attempts:", retried)
     assert retried, "no task was re-run after its executor was lost"
-    assert result["restarts"] == {"rtm_jvm": 0, "rtm_python": 0, "mb_python": 0}, result["events"]
+    assert result["restarts"] == {"rtm_jvm": 0, "rtm_python": 0, "rtm_fast": 0, "mb_python": 0}, result["events"]
     assert result["drained"], result["paths"]
     # The driver stopped: executors exit and close their connections (the JVM sink's pool by its shutdown hook).
     _wait(lambda: _sink_connections(pg_server.dsn) == 0, 60, "the sinks' connections to close")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ def test_three_minute_soak_loses_and_duplicates_nothing(tmp_path):
     assert result["samples"] and "load_avg_before" in result["machine"]
     assert {"worker0.executor_rss_mb", "worker1.executor_rss_mb", "connections.rtm_jvm",
             "connections.rtm_python"} <= set(result["trends"])
+    work = re.search(r"work dir (\S+)", run.stderr)
+    assert work and not Path(work.group(1)).exists(), "an exact run leaves its work folder behind"
 
 
 def test_bad_arguments_are_one_line_errors():
