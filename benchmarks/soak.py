@@ -199,7 +199,8 @@ def _run(args: argparse.Namespace, work: Path, paths: list[str], per_path_rate: 
             for table in tables.values():
                 conn.execute(table_ddl(table))
         spark = cluster_session(cluster.session_conf(executor_memory=args.executor_memory),
-                                app="rtm-soak", jvm_log=str(work / "driver-jvm.log"))
+                                app="rtm-soak", jvm_log=str(work / "driver-jvm.log"), source=args.source,
+                                paths=paths)
         t0 = time.monotonic()
         plan = RatePlan.starting_soon(per_path_rate, args.minutes * 60) if args.source == "rate" else None
         runs = [PathRun(spark, p, sink_dsn, tables[p], str(work / f"ck-{p}"), trigger_s=args.trigger_seconds,

@@ -71,17 +71,35 @@ def with_app_name(dsn: str, name: str) -> str:
     return dataclasses.replace(settings, application_name=name)
 
 
-def cluster_session(master_conf: dict[str, str], app: str = "rtm-cluster-driver", jvm_log: str | None = None):
-    """A driver session on the cluster with the JVM sink's, the fast foreach path's and the rate source's jars."""
-    from pack_lab.rate_source import rate_source_jars
-    from pack_lab.rtm_lab import build_session
-    from rtm_lakebase.foreach import foreach_jars
+def session_jars(source: str = "rate", paths: Sequence[str] = PATHS) -> list[str]:
+    """The jars a cluster driver needs for ``paths`` and ``source``; a missing or stale one fails, naming the build.
+
+    The JVM sink's jars always (they carry the JDBC driver), the fast foreach path's with
+    ``rtm_fast``, the rate source's with ``source="rate"``.
+    """
     from rtm_lakebase.jvm import jvm_sink_jars
 
+    jars = jvm_sink_jars()
+    if "rtm_fast" in paths:
+        from rtm_lakebase.foreach import foreach_jars
+
+        jars += foreach_jars()
+    if source == "rate":
+        from pack_lab.rate_source import rate_source_jars
+
+        jars += rate_source_jars()
+    return jars
+
+
+def cluster_session(master_conf: dict[str, str], app: str = "rtm-cluster-driver", jvm_log: str | None = None,
+                    source: str = "rate", paths: Sequence[str] = PATHS):
+    """A driver session on the cluster with :func:`session_jars` on ``spark.jars`` (driver and executors)."""
+    from pack_lab.rtm_lab import build_session
+
+    jars = session_jars(source, paths)
     conf = dict(master_conf)
     conf.setdefault("spark.task.maxFailures", "8")
-    spark = build_session(cores=1, shuffle_partitions=1, jars=jvm_sink_jars() + foreach_jars() + rate_source_jars(),
-                          app_name=app,
+    spark = build_session(cores=1, shuffle_partitions=1, jars=jars, app_name=app,
                           extra_conf=conf, jvm_log=jvm_log)
     if jvm_log is not None:  # task losses and retries are logged at WARN
         spark.sparkContext.setLogLevel("WARN")
@@ -352,7 +370,7 @@ def run_driver(master_conf: dict[str, str], dsn: str, paths: Sequence[str], rate
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables.values():
             conn.execute(table_ddl(table))
-    spark = cluster_session(master_conf, jvm_log=str(workdir / "driver-jvm.log"))
+    spark = cluster_session(master_conf, jvm_log=str(workdir / "driver-jvm.log"), source=source, paths=paths)
     checkpoints = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=workdir))  # fresh: an old offset would skip rows
     plan = RatePlan.starting_soon(rate, seconds) if source == "rate" else None
     runs = [PathRun(spark, p, dsn, tables[p], str(checkpoints / p), trigger_s=trigger_s, source_kind=source,

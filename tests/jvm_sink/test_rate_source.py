@@ -178,3 +178,21 @@ def test_a_stale_or_missing_jar_is_refused_with_the_build_command(tmp_path, monk
     (tmp_path / "RateSource.java").write_text("class B {}")
     with pytest.raises(rs.RateSourceUnavailable, match="older than.*build_jvm_sink.sh"):
         rs.rate_source_jars()
+
+
+def test_a_cluster_driver_asks_only_for_the_jars_its_source_and_paths_use(tmp_path, monkeypatch):
+    """The in-memory source with the stock paths runs without the rate source's or the fast path's jar."""
+    import pack_lab.rate_source as rs
+    import rtm_lakebase.foreach as fast
+    from pack_lab.cluster_stream import session_jars
+    from rtm_lakebase.jvm import jvm_sink_jars
+
+    monkeypatch.setattr(rs, "DEFAULT_JAR", tmp_path / "missing-rate.jar")
+    monkeypatch.delenv(rs.JAR_ENV, raising=False)
+    monkeypatch.setattr(fast, "DEFAULT_JAR", tmp_path / "missing-foreach.jar")
+    monkeypatch.delenv(fast.JAR_ENV, raising=False)
+    assert session_jars("memory", ["rtm_jvm", "rtm_python", "mb_python"]) == jvm_sink_jars()
+    with pytest.raises(rs.RateSourceUnavailable, match="not built"):
+        session_jars("rate", ["rtm_jvm"])
+    with pytest.raises(fast.FastForeachUnavailable, match="not built"):
+        session_jars("memory", ["rtm_fast"])
