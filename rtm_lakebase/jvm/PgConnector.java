@@ -9,7 +9,7 @@
  *   Connections in use are bounded by the tasks themselves (one per running task).
  * - Validated before use: an idle connection must answer isValid() within 2 s and is rolled
  *   back to a clean transaction state; a dead one is closed and the next one tried.
- * - Aged out: a connection opened more than `maxAgeMs` ago (the sink's connectionmaxage option,
+ * - Aged out: a connection opened more than `maxAgeMs` ago (the sink's connectionmaxageseconds option,
  *   default 1800 s; 0 switches reuse off) is closed instead of being reused, so a login with a
  *   fresh password or OAuth token happens at least that often; a sweep every 30 s closes idle
  *   ones past that age even when no task comes to take them.
@@ -39,7 +39,6 @@ public final class PgConnector {
     private static final Map<Connection, Long> BORN = new WeakHashMap<>();
     private static long opened;
     private static long reused;
-    private static long retired;
     private static Thread sweeper;
 
     /** An idle connection, with the birth time and the age limit of the sink that gave it back. */
@@ -83,7 +82,7 @@ public final class PgConnector {
                 }
                 return idle.connection();
             }
-            retire(idle.connection());
+            closeQuietly(idle.connection());
         }
         Connection c = driver.connect(url, props.get());
         if (c == null) {
@@ -138,15 +137,7 @@ public final class PgConnector {
                 return;
             }
         }
-        retire(c);
-    }
-
-    /** Close a connection the pool will not reuse, counting it if it was too old. */
-    private static void retire(Connection c) {
         closeQuietly(c);
-        synchronized (IDLE) {
-            retired++;
-        }
     }
 
     /** Close idle connections past their age limit (the sweeper every SWEEP_MS; tests). */
@@ -166,7 +157,7 @@ public final class PgConnector {
             IDLE.values().removeIf(ArrayDeque::isEmpty);
         }
         for (Connection c : old) {
-            retire(c);
+            closeQuietly(c);
         }
         return old.size();
     }
@@ -228,13 +219,6 @@ public final class PgConnector {
     public static long openedCount() {
         synchronized (IDLE) {
             return opened;
-        }
-    }
-
-    /** Connections closed instead of reused: too old, or found dead before use. */
-    public static long retiredCount() {
-        synchronized (IDLE) {
-            return retired;
         }
     }
 
