@@ -39,7 +39,7 @@ def test_a_mode_slowed_to_a_commit_per_row_fails_the_check(pg_dsn, monkeypatch):
             write(self, [row], by_timer)
 
     monkeypatch.setattr(PostgresTarget, "write", one_row_per_commit)
-    result = measure(pg_dsn, rows=1000, batch=1000, rounds=1, modes=("upsert",))
+    result = measure(pg_dsn, rows=200, batch=200, rounds=1, modes=("upsert",))
     failures = check(result, read_floors())
     assert [line.split(":")[0] for line in failures] == ["upsert"], (failures, result["modes"]["upsert"])
 
