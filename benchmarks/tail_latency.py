@@ -163,6 +163,31 @@ def batch_edges(progress: list[dict[str, Any]]) -> list[int]:
     return sorted(edges)
 
 
+def boundary_parts(stall: dict[str, Any], progress: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A boundary stall cut at the end of the batch before it and the start of the batch after it (ms).
+
+    ``last_rows_to_batch_end``: from the last row emitted to the old batch's end (its tasks finish,
+    the sink closes, offsets commit); ``between_batches``: old end to new start; ``start_to_first_row``:
+    from the new batch's start to its first row (planning, the write-ahead log, task launch, sink open).
+    With the new batch's own phase times (``durationMs``) when its progress exists.
+    """
+    spans = []
+    for p in progress:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            start = int(dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+            spans.append((start, start + int(p["durationMs"]["triggerExecution"]), p))
+    spans.sort(key=lambda x: x[0])
+    for (_s0, end0, _p0), (start1, _e1, p1) in zip(spans, spans[1:], strict=False):
+        if stall["from_ms"] - 500 <= end0 <= stall["to_ms"] + 500:
+            phases = {k: v for k, v in p1.get("durationMs", {}).items() if k not in ("triggerExecution", "addBatch")}
+            return {"last_rows_to_batch_end": end0 - stall["from_ms"], "between_batches": start1 - end0,
+                    "start_to_first_row": stall["to_ms"] - start1, "next_batch_phases_ms": phases}
+    if spans and stall["from_ms"] - 500 <= spans[-1][1] <= stall["to_ms"] + 500:  # the next batch is still running
+        return {"last_rows_to_batch_end": spans[-1][1] - stall["from_ms"],
+                "batch_end_to_first_row": stall["to_ms"] - spans[-1][1]}
+    return None
+
+
 def stalls(rows: list[tuple], min_ms: int = 50) -> list[dict[str, Any]]:
     """Runs where the source emitted nothing for ``min_ms`` or more while rows were due.
 
@@ -207,6 +232,8 @@ def analyse(path: str, trigger: str, rows: list[tuple], window: tuple[int, int],
         s["pause_ms_inside"] = round(paused_ms(s["from_ms"], s["to_ms"]), 1)
         s["cause"] = ("batch boundary" if s["batch_edge_inside"]
                       else "JVM pause" if s["pause_ms_inside"] >= 0.5 * s["length_ms"] else "other")
+        if s["batch_edge_inside"]:
+            s["parts"] = boundary_parts(s, progress)
     stall_starts = [s["from_ms"] for s in found]
 
     # A late row is put down to the stall that covers most of its wait (due -> emitted).
@@ -259,7 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="the JVM sink, 10 s trigger, 6 s of input")
     p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     p.add_argument("--keep-logs", type=Path, default=None, help="keep the JVM and GC logs in this folder")
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="run nothing: recompute the boundary breakdowns of this result file into --output")
     args = p.parse_args(argv)
+    if args.from_json is not None:
+        report = json.loads(args.from_json.read_text(encoding="utf-8"))
+        for point in report["points"]:
+            for stall in point["stalls"]:
+                if stall["cause"] == "batch boundary":
+                    stall["parts"] = boundary_parts(stall, point["batches"])
+        args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        return 0
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
     triggers = [x.strip() for x in args.triggers.split(",") if x.strip()]
     if args.quick:
