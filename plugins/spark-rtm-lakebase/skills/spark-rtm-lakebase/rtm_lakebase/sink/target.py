@@ -11,7 +11,6 @@ causes it.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import random
 import time
@@ -25,6 +24,7 @@ from rtm_lakebase.postgres.connection import ConnectionSettings, connect, redact
 from rtm_lakebase.postgres.pool import POOL
 from rtm_lakebase.sink.diagnosis import FlushDiagnosis
 from rtm_lakebase.sink.errors import Failure, SinkConnectionError, SinkError, classify
+from rtm_lakebase.sink.local_time import LocalTimes
 from rtm_lakebase.sink.metrics import SinkMetrics
 from rtm_lakebase.sink.rows import ValueChecks
 from rtm_lakebase.sink.settings import SinkSettings
@@ -164,7 +164,7 @@ class PostgresTarget:
         if info.base_type == "timestamp with time zone":
             # Spark hands a TimestampType value to Python as the worker's local wall-clock time
             # (naive); read it in that zone, so the instant does not depend on the server's TimeZone.
-            return lambda v: v.astimezone() if type(v) is dt.datetime and v.tzinfo is None else v
+            return LocalTimes()  # = v.astimezone() for a naive v, at less than half its cost
         return None
 
     def _array_text(self, value: Any) -> Any:
