@@ -143,6 +143,38 @@ def explain_mode(bench, mode: str) -> dict[str, Any]:
     return {"statement": text.decode(), "plan": plan}
 
 
+def conversion_cost(bench) -> dict[str, Any] | None:
+    """CPU µs per value of the converter the sink applies to each column (where it has one), on one flush's values.
+
+    The median of 31 repetitions over ``bench.batch`` values: single-threaded and short, so load moves it less
+    than the whole runs. Only for sink code that converts values (``_convert``, since 2026-11-25).
+    """
+    writer = bench.writer_cls(bench.dsn, bench.settings_cls(table=bench.table, columns=bench.columns,
+                                                            max_batch_rows=bench.batch, max_dwell_ms=0))
+    bench.reset(True, None)
+    writer.open(0, 0)
+    try:
+        writer.process(bench.data[1][0])  # prepares the statement and the converters
+        converters = getattr(writer._target, "_convert", None)
+    finally:
+        writer.close(RuntimeError("measuring only"))
+    if not converters:
+        return None
+    out = {}
+    for i, convert in enumerate(converters):
+        column = [row[i] for row in bench.data[1][:bench.batch]]
+        if convert is None:
+            continue
+        runs = []
+        for _ in range(31):
+            started = time.process_time()
+            for value in column:
+                convert(value)
+            runs.append((time.process_time() - started) / len(column) * 1e6)
+        out[bench.columns[i]] = round(statistics.median(runs), 3)
+    return out
+
+
 def child(code_dir: str, dsn: str, rows: int, batch: int, rounds: int, profile: bool,
           shape: str) -> dict[str, Any]:
     sys.path.insert(0, code_dir)  # this revision's rtm_lakebase first
@@ -166,6 +198,12 @@ def child(code_dir: str, dsn: str, rows: int, batch: int, rounds: int, profile: 
                 stat_statements = False
             result["profile"] = {mode: profile_mode(bench, mode, stat_statements) for mode in MODES}
             result["explain"] = {mode: explain_mode(bench, mode) for mode in MODES if mode != "append"}
+        finally:
+            bench.close()
+    if shape != "narrow":  # every child: the converters' own cost, per column
+        bench = Bench(dsn, rows, batch, shape=shape)
+        try:
+            result["conversion_cpu_us_per_value"] = conversion_cost(bench)
         finally:
             bench.close()
     return result
@@ -233,6 +271,7 @@ def compare(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             "note": "shared 2-core machine (see load_average_1m); each child times every mode against COPY in "
                     "interleaved rounds, the two revisions' children alternate; call counts are deterministic",
             "summary": summary, "current_over_revision": change,
+            "conversion_cpu_us_per_value": {v: [r.get("conversion_cpu_us_per_value") for r in runs[v]] for v in runs},
             "profiles": {v: runs[v][0].get("profile") for v in runs},
             "explain": {v: runs[v][0].get("explain") for v in runs}, "runs": runs}
 
