@@ -803,20 +803,10 @@ def problems(markdown: str, rows: Sequence[MatrixRow] = ROWS, results: dict | No
     return found
 
 
-def write_reference_tables() -> list[str]:
-    """Rewrite every support-matrix table in the pack with the shared writer; the files changed."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from skillcheck.generated import write_from_script
-
-    return write_from_script("support-matrix")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--check", metavar="MARKDOWN", help="fail if the table in MARKDOWN is stale")
-    group.add_argument("--write", action="store_true",
-                       help="rewrite the table wherever the pack embeds it (same as `scripts/skills.py generate`)")
     group.add_argument("--print", action="store_true", help="print the rendered table")
     group.add_argument("--run", metavar="JSON", help="run every row on this interpreter's PySpark "
                        "and write the outcomes to JSON (used by pack_lab/spark_versions.py)")
@@ -833,10 +823,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
         tmp.replace(out)
-        return 0
-    if args.write:
-        for changed in write_reference_tables():
-            print(f"rewrote {changed}")
         return 0
     path = Path(args.check)
     text = path.read_text(encoding="utf-8")

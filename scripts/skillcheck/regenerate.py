@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from rtm_lakebase.check.findings import Finding
 
 from .excerpts import rewrite_excerpts
-from .generated import Renderer, rewrite
+from .generated import GENERATORS, Renderer, rewrite
 from .markdown import parse
 from .packfiles import markdown_files
 from .readfile import file_problem, read_pack_text, write_atomically
@@ -46,3 +47,24 @@ def regenerate_markdown(root: Path, write: bool = True, names=None) -> tuple[lis
             if write:
                 write_atomically(root / rel, new.encode("utf-8"))
     return changed, problems
+
+
+def write_blocks(root: Path, names: Iterable[str] | None = None) -> tuple[list[str], list[Finding]]:
+    """Rewrite the blocks (all, or those of ``names``) in the pack's Markdown files; (changed files, problems)."""
+    names = list(names) if names is not None else None
+    for name in names or ():
+        if name not in GENERATORS:
+            raise KeyError(f"unknown generator {name!r}")
+    return regenerate_markdown(Path(root).resolve(), write=True, names=names)
+
+
+def write_from_script(name: str) -> list[str]:
+    """For a script that produces a generator's JSON: rewrite that generator's blocks in this checkout.
+
+    Raises ``RuntimeError`` naming the problem when a block cannot be written.
+    """
+    root = Path(__file__).resolve().parents[2]
+    changed, problems = write_blocks(root, [name])
+    if problems:
+        raise RuntimeError("; ".join(f.text() for f in problems))
+    return changed
