@@ -36,6 +36,10 @@ class SinkConnectionError(SinkError):
     """Could not connect, or the connection kept failing past the retry budget."""
 
 
+class FlushAbandoned(SinkError):
+    """The task failed while this flush ran; the flush was stopped unwritten (Spark replays its rows)."""
+
+
 class BadRowError(SinkError):
     """A row was rejected; ``key`` and ``column`` name it. Nothing of its flush was written."""
 

@@ -58,7 +58,7 @@ def wait_for_rows(conn, table, want, query, timeout=90.0, **kwargs):
 
 
 def start(source, dsn, table, checkpoint, trigger=REAL_TIME, **options):
-    options.setdefault("batchinterval_ms", 20)
+    options.setdefault("max_dwell_ms", 20)
     return start_jvm_sink_query(source.dataframe(), dsn=dsn, table=table, checkpoint_location=checkpoint,
                                 trigger=trigger, **options)
 
