@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from rtm_lakebase.deprecated_names import take_old_names
 from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
+from rtm_lakebase.sink.deprecated_names import take_old_names
 from rtm_lakebase.sink.settings import SinkSettings
 from rtm_lakebase.sink.statements import split_table_name
 
