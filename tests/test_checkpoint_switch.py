@@ -1,9 +1,13 @@
 """Switching a query from micro-batch to real-time mode on the same checkpoint (open-source 4.3).
 
 The session default for ``spark.sql.streaming.stateStore.checkpointFormatVersion``
-is 1, and real-time mode refuses a checkpoint in format 1 -- for stateless
+is 1. With the RocksDB state store (the lab session sets it, as the pack
+advises), real-time mode refuses a checkpoint in format 1 -- for stateless
 queries too. With format 2 set before the first micro-batch run, the same
 checkpoint switches to real-time mode and a stateful query keeps its state.
+With Spark's default state store (HDFS-backed, no provider class set) the
+same format-1 checkpoint switches and the counts continue: the refusal is the
+RocksDB store's, which is what SKILL.md rule 10 says.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
 from pack_lab.rtm_probe import run_and_classify
 
 FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
 @pytest.fixture
@@ -53,6 +60,19 @@ def _micro_batch_then_real_time(spark, tmp_path, stateful: bool):
     return outcome, read_rows(tmp_path / "rt")
 
 
+@pytest.fixture
+def default_state_store(spark):
+    """Spark's own default state store settings for this test (no provider class, no RocksDB changelog
+    setting: the HDFS-backed store); the lab's RocksDB settings come back after."""
+    saved = {key: spark.conf.get(key) for key in (PROVIDER, CHANGELOG)}
+    assert saved[PROVIDER] == ROCKSDB  # what the other tests here run on
+    for key in saved:
+        spark.conf.unset(key)
+    yield
+    for key, value in saved.items():
+        spark.conf.set(key, value)
+
+
 @pytest.mark.spark
 def test_default_format_is_one(spark):
     assert spark.conf.get(FORMAT) == "1"
@@ -74,10 +94,22 @@ def test_explicit_format_one_is_refused_at_start(spark, tmp_path, checkpoint_for
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
 def test_default_format_checkpoint_is_refused(spark, tmp_path, checkpoint_format, stateful):
     checkpoint_format(None)  # the default, 1, for both runs
+    assert spark.conf.get(PROVIDER) == ROCKSDB  # the refusal is the RocksDB state store's
     outcome, rows = _micro_batch_then_real_time(spark, tmp_path, stateful)
     assert outcome.error_class == "STREAMING_REAL_TIME_MODE.CHECKPOINT_FORMAT_V1_NOT_SUPPORTED"
     assert outcome.stage == "run"
     assert rows == []
+
+
+@pytest.mark.spark
+def test_default_state_store_switches_on_a_format_one_checkpoint(spark, tmp_path, checkpoint_format,
+                                                                   default_state_store):
+    """The other way round: no RocksDB, the default format 1 -- the switch works and the count continues."""
+    checkpoint_format(None)
+    assert "HDFSBackedStateStoreProvider" in spark.conf.get(PROVIDER)
+    outcome, rows = _micro_batch_then_real_time(spark, tmp_path, stateful=True)
+    assert outcome.status == "accepted", (outcome.error_class, outcome.message)
+    assert rows == [{"k": "a", "count": 2}]
 
 
 @pytest.mark.spark
