@@ -41,12 +41,17 @@ def checkpoint_format(spark):
     spark.conf.unset(FORMAT)
 
 
+def _batches(folder) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+
 def _wait_for_commit(checkpoint, query, timeout: float = 120) -> None:
-    """Until the micro-batch run has committed a batch (its commit log holds a file), or fail."""
+    """Until every batch the micro-batch run has started is committed (the one that wrote the row
+    included: an earlier, empty batch may have committed first), or fail."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        commits = checkpoint / "commits"
-        if commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()):
+        started, committed = _batches(checkpoint / "offsets"), _batches(checkpoint / "commits")
+        if started and started <= committed:
             return
         if query.exception() is not None:
             raise AssertionError(f"the micro-batch run failed: {query.exception()}")
