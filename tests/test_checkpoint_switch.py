@@ -123,6 +123,7 @@ def test_default_format_checkpoint_is_refused(spark, tmp_path, checkpoint_format
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_default_hdfs_state_store_checkpoint_is_refused_too(spark, tmp_path, checkpoint_format,
                                                             state_store_settings):
     """Spark's default state store settings (HDFS-backed: no provider class, no RocksDB changelog setting)
