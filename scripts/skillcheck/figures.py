@@ -25,7 +25,7 @@ Marker grammar: ``<!-- fig: FILE#POINTER [FORMAT] -->NUMBER``
 - ``NUMBER``: digits with optional ``,`` separators, ``.`` decimals and a
   leading ``-``; the unit stays outside (``16 ms``).
 
-Markers inside code fences are examples, not figures.
+Markers inside code fences or code spans are examples, not figures.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ RESULTS_DIR = "benchmarks/results"
 #: The marker and the number it renders. ``fmt`` is optional; the number follows ``-->`` directly.
 MARKER_RE = re.compile(
     r"<!--\s*fig:\s*(?P<file>[^#\s]+)#(?P<pointer>\S+)(?:\s+(?P<fmt>\S+))?\s*-->(?P<value>-?\d+(?:,\d{3})*(?:\.\d+)?)?")
+_CODE_SPAN_RE = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
 _STEP_SELECT_RE = re.compile(r"^(?P<key>[^\[]*)\[(?P<select>[^\]]+)\]$")
 _FMT_RE = re.compile(r"^(?:(?P<op>[/*])(?P<factor>\d+(?:\.\d+)?))?(?::(?P<spec>.+))?$")
 
@@ -155,7 +156,10 @@ def find_figures(lines: list[str], skip: Callable[[int], bool] = lambda n: False
     for lineno, text in enumerate(lines, 1):
         if "fig:" not in text or skip(lineno):
             continue
-        for m in MARKER_RE.finditer(text):
+        # A marker inside a code span is an example of the syntax, not a figure: blank the spans out
+        # (same length, so offsets still point into ``text``).
+        masked = _CODE_SPAN_RE.sub(lambda m: " " * len(m.group(0)), text)
+        for m in MARKER_RE.finditer(masked):
             start, end = (m.start("value"), m.end("value")) if m.group("value") else (m.end(), m.end())
             out.append(Figure(lineno, m.start() + 1, m.group("file"), m.group("pointer"), m.group("fmt"),
                               m.group("value"), start, end))

@@ -67,6 +67,12 @@ def test_number_stops_before_punctuation_and_ranges():
     assert [f.value for f in figs] == ["16", "6", "2,459"]
 
 
+def test_markers_in_code_spans_are_examples():
+    line = "write `<!-- fig: FILE.json#/pointer -->NUMBER` or ``<!-- fig: x.json#/y -->1``; real <!-- fig: b.json#/z -->3"
+    figs = find_figures([line])
+    assert [(f.file, f.value) for f in figs] == [("b.json", "3")]
+
+
 def test_missing_or_broken_source_is_fig002(tmp_path):
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "bad.json").write_text("{", encoding="utf-8")
