@@ -8,8 +8,8 @@ from pathlib import Path
 from rtm_lakebase.check.findings import Finding, capped, unique_sorted
 
 from .codeblocks import check_document, check_module
-from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .figures import Sources, check_figures
+from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .generated import Renderer, check_blocks
 from .limits import MAX_FINDINGS_PER_FILE, MAX_HEADINGS
 from .links import check_links
