@@ -8,6 +8,7 @@ from pathlib import Path
 from rtm_lakebase.check.findings import Finding
 
 from .excerpts import rewrite_excerpts
+from .figures import Sources, rewrite_figures
 from .generated import GENERATORS, Renderer, rewrite
 from .markdown import parse
 from .packfiles import markdown_files
@@ -17,6 +18,7 @@ from .readfile import file_problem, read_pack_text, write_atomically
 def regenerate_markdown(root: Path, write: bool = True, names=None) -> tuple[list[str], list[Finding]]:
     """(files whose generated parts changed, problems such as a generator that failed)."""
     renderer = Renderer(root)
+    sources = Sources(root)
     changed: list[str] = []
     problems: list[Finding] = []
 
@@ -41,6 +43,10 @@ def regenerate_markdown(root: Path, write: bool = True, names=None) -> tuple[lis
         if "generated:" in new:
             doc = parse(rel, new)
             new, found = rewrite(new, renderer, names, doc.in_code)
+            problems += [Finding(rel, f.line, f.col, f.code, f.message) for f in found]
+        if names is None and "fig:" in new:
+            doc = parse(rel, new)
+            new, found = rewrite_figures(new, sources, doc.in_code)
             problems += [Finding(rel, f.line, f.col, f.code, f.message) for f in found]
         if new != text:
             changed.append(rel)
