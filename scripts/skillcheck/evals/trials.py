@@ -127,6 +127,15 @@ def markdown_table(result: dict, skill_commit: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_table(result: dict) -> str:
+    """The per-task table the README quotes, rendered from a committed ``comparison.json`` (a generated block)."""
+    lines = ["| task | category | with skill | without skill | difference |", "| --- | --- | ---: | ---: | ---: |"]
+    for t in result["per_task"]:
+        d = "-" if t["difference"] is None else f"{t['difference'] * 100:+.0f} pts"
+        lines.append(f"| {t['name']} | {t['category']} | {_rate(t['with_skill'])} | {_rate(t['without_skill'])} | {d} |")
+    return "\n".join(lines)
+
+
 def write_comparison(result: dict, out: Path, skill_commit: str | None = None) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     j, m = out / "comparison.json", out / "comparison.md"
