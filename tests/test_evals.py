@@ -36,9 +36,15 @@ def _kinds(task):
                                                                      for c in task["checks"]) else set())
 
 
+#: Production drivers whose known-wrong answers take tens of seconds on a loaded machine (a row-at-a-time writer).
+SLOW_DRIVERS = {"throughput", "latency"}
+
+
 def _marks(task):
     kinds = _kinds(task)
     marks = []
+    if any(c.get("driver") in SLOW_DRIVERS for c in task["checks"]) and "spark" not in kinds:
+        marks.append(pytest.mark.slow)
     if "spark" in kinds:
         marks += [pytest.mark.spark, pytest.mark.slow]
     if "run" in kinds:

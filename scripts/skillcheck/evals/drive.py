@@ -267,6 +267,13 @@ def slot_fix(answer_dir: Path, _dsn: str = "") -> None:
 CHILD_DRIVERS: dict[str, Callable] = {"pg_upsert": pg_upsert, "sink": sink, "slot_fix": slot_fix}
 
 
+def _production_drivers() -> dict[str, Callable]:
+    from . import prod
+
+    return {"types": prod.types, "bad_rows": prod.bad_rows, "connection_cap": prod.connection_cap,
+            "throughput": prod.throughput, "ledger": prod.ledger}
+
+
 def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD_TIMEOUT) -> tuple[bool, str]:
     """Run driver ``name`` on ``answer_dir`` in the sandbox; ``(passed, evidence)``.
 
@@ -441,13 +448,22 @@ def _child_main(argv: list[str], token: str) -> int:
             dsn = ""
             if name in POSTGRES_DRIVERS:
                 dsn = _child_postgres()
-            CHILD_DRIVERS[name](answer_dir, dsn)
+            drivers = {**CHILD_DRIVERS, **_production_drivers()}
+            drivers[name](answer_dir, dsn)
         verdict = {"passed": True, "evidence": ""}
     except CheckFailed as exc:
         verdict = {"passed": False, "evidence": str(exc)}
     except GraderUnavailable as exc:
         verdict = {"passed": False, "evidence": f"grader could not run: {exc}", "error": True}
     except BaseException as exc:  # the answer raised where it must not, or failed to import
+        if type(exc).__name__ in ("CheckFailed", "GraderUnavailable"):  # raised by a driver module (prod) that
+            # imported this module under its package name, not as __main__: the same verdicts
+            error = type(exc).__name__ == "GraderUnavailable"
+            verdict = {"passed": False, "evidence": f"grader could not run: {exc}" if error else str(exc),
+                       **({"error": True} if error else {})}
+            sys.stdout.write("\n" + json.dumps({"token": token, **verdict}) + "\n")
+            sys.stdout.flush()
+            os._exit(0)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(answer_dir) in f.filename]
         where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         verdict = {"passed": False, "evidence": f"{type(exc).__name__}{where}: {str(exc)[:300]}"}
