@@ -364,3 +364,180 @@ def ledger(answer_dir: Path, _dsn: str = "") -> None:
         else:
             _epoch(make, 0, 2, epoch2)
             expect("a Postgres restart inside an epoch and the retried task")
+
+
+# --- sink-visible latency under real-time mode (Spark) ------------------------------------------------------
+
+#: The latency task (evals.json ``prod-rtm-latency-p99``): the rate, the measured window after the first row is
+#: visible (start-up excluded: a loaded machine may take tens of seconds to start the query), the bound.
+LATENCY_RATE, LATENCY_WARMUP_S, LATENCY_WINDOW_S, LATENCY_P99_MS = 100, 3, 12, 1500
+LATENCY_START_TIMEOUT_S, LATENCY_DRAIN_S = 120, 20
+
+
+def latency_source(spark: Any, rows_per_second: int, total_rows: int, start_ms: int) -> Any:
+    """The stream the latency task's answer receives: ``id BIGINT, sent_ms BIGINT, payload STRING``, row ``i``
+    due at ``start_ms + i * 1000 / rate``. Today the lab's deterministic rate source; a Kafka topic fed at the
+    same pace can take its place here without touching the answers (they only see the DataFrame)."""
+    import sys
+
+    sys.path.insert(0, str(_ROOT))
+    from pack_lab.rate_source import rate_stream
+
+    return rate_stream(spark, rows_per_second=rows_per_second, total_rows=total_rows, start_ms=start_ms,
+                       payload="x" * 60, num_partitions=1)
+
+
+def latency(answer_dir: Path, spark: Any, workdir: Path) -> str:
+    """``start(df, dsn, table, checkpoint)``: a real-time query from the rate source (100 rows/s) into Postgres
+    table ``events``. Once the first row is visible (and 3 s more), every row sent in the next 12 s must be
+    visible, and the p99 of (commit time - sent time) over them stays under 1.5 s. Commit times come from
+    ``track_commit_timestamp`` on the grader's own Postgres (pack_lab/sink_clock.py)."""
+    import sys
+
+    sys.path.insert(0, str(_ROOT))
+    from pack_lab.local_postgres import EmbeddedPostgres
+    from pack_lab.sink_clock import SERVER_SETTINGS, WRITTEN_MS_COLUMN, visible_clock
+
+    mod = load_module(answer_dir / "solution.py", "eval_latency_answer")
+    try:
+        cm = EmbeddedPostgres(settings=SERVER_SETTINGS, log=lambda _m: None)
+        server = cm.__enter__()
+    except Exception as exc:
+        raise GraderUnavailable(f"embedded Postgres did not start: {str(exc)[:200]}") from None
+    query = None
+    rate = LATENCY_RATE
+    try:
+        with _connect(server.dsn) as admin:
+            admin.execute("CREATE TABLE events (id bigint PRIMARY KEY, sent_ms bigint NOT NULL, payload text, "
+                          f"{WRITTEN_MS_COLUMN})")
+            clock, _name = visible_clock(admin)
+        start_ms = int(time.time() * 1000) + 3000
+        total = rate * (LATENCY_START_TIMEOUT_S + LATENCY_WARMUP_S + LATENCY_WINDOW_S + 30)
+        query = mod.start(latency_source(spark, rate, total, start_ms), server.dsn, "events",
+                          str(workdir / "latency-cp"))
+
+        def alive() -> None:
+            if query is not None and hasattr(query, "isActive") and not query.isActive:
+                raise CheckFailed(f"the query stopped: {str(query.exception())[:300]}")
+
+        deadline = time.time() + LATENCY_START_TIMEOUT_S
+        while not _rows(server.dsn, "SELECT exists (SELECT 1 FROM events)")[0][0]:
+            alive()
+            if time.time() > deadline:
+                raise CheckFailed(f"no row visible in Postgres {LATENCY_START_TIMEOUT_S} s after start()")
+            time.sleep(0.2)
+        w0 = int(time.time() * 1000) + LATENCY_WARMUP_S * 1000
+        w1 = w0 + LATENCY_WINDOW_S * 1000
+        first = -(-(w0 - start_ms) * rate // 1000)
+        last = (w1 - start_ms) * rate // 1000
+        want = last - first + 1
+        deadline = w1 / 1000 + LATENCY_DRAIN_S
+        while time.time() < deadline:
+            alive()
+            if time.time() * 1000 > w1 and _rows(server.dsn, f"SELECT count(*) FROM events WHERE id BETWEEN {first} "
+                                                             f"AND {last}")[0][0] >= want:
+                break
+            time.sleep(0.5)
+        rows = _rows(server.dsn, f"SELECT id, {clock} - sent_ms FROM events WHERE id BETWEEN {first} AND {last} "
+                                 "ORDER BY 2")
+    finally:
+        with contextlib.suppress(Exception):
+            if query is not None:
+                query.stop()
+        cm.__exit__(None, None, None)
+    if len(rows) != want:
+        raise CheckFailed(f"{len(rows)} of the {want} rows sent in the measured {LATENCY_WINDOW_S} s were visible in "
+                          f"Postgres {LATENCY_DRAIN_S} s after the last was sent")
+    lat = [r[1] for r in rows]
+    p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    measured = f"sink-visible latency p50 {p50} ms, p99 {p99} ms over {want} rows at {rate} rows/s"
+    if p99 > LATENCY_P99_MS:
+        raise CheckFailed(f"{measured}: the bound is p99 <= {LATENCY_P99_MS} ms")
+    return measured
+
+
+# --- a checkpoint that can move from micro-batch to real-time mode (Spark) -------------------------------------
+
+class _RecordedConf:
+    """``spark.conf`` for the answer's ``configure(spark)``: sets go to the session and the values they replaced
+    are remembered, so :meth:`restore` puts the shared lab session back as it was for the next answer."""
+
+    def __init__(self, conf: Any):
+        self._conf, self.previous = conf, {}
+
+    def _remember(self, key: str) -> None:
+        if key not in self.previous:
+            self.previous[key] = self._conf.get(key, None)
+
+    def set(self, key: str, value: Any) -> None:
+        self._remember(str(key))
+        self._conf.set(key, value)
+
+    def get(self, *args: Any) -> Any:
+        return self._conf.get(*args)
+
+    def unset(self, key: str) -> None:
+        self._remember(str(key))
+        self._conf.unset(key)
+
+    def restore(self) -> None:
+        for key, value in self.previous.items():
+            with contextlib.suppress(Exception):
+                self._conf.unset(key) if value is None else self._conf.set(key, value)
+
+
+class _SparkWithRecordedConf:
+    def __init__(self, spark: Any):
+        self._spark, self.conf = spark, _RecordedConf(spark.conf)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spark, name)
+
+
+def checkpoint_switch(answer_dir: Path, spark: Any, workdir: Path) -> None:
+    """``configure(spark)`` then ``counts(events)``: the count per key runs in micro-batch on a checkpoint, then
+    the same query restarts in real-time mode on that checkpoint and its counts continue (no error, no state
+    lost, no row counted twice)."""
+    import sys
+
+    sys.path.insert(0, str(_ROOT))
+    from pack_lab.file_sink import JsonLinesForeachWriter, read_rows, wait_for_rows
+    from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
+    from pack_lab.rtm_probe import run_and_classify
+
+    mod = load_module(answer_dir / "solution.py", "eval_switch_answer")
+    proxy = _SparkWithRecordedConf(spark)
+    try:
+        mod.configure(proxy)
+        source = RealTimeMemorySource(spark, "event_id STRING, k STRING", num_partitions=2)
+        df = mod.counts(source.dataframe())
+        count_col = next((c for c in df.columns if c != "k"), None)
+        if "k" not in df.columns or count_col is None:
+            raise CheckFailed(f"counts() returns columns {df.columns}; expected k and a count")
+        checkpoint = str(workdir / "switch-cp")
+        first = (df.writeStream.foreach(JsonLinesForeachWriter(workdir / "mb")).outputMode("update")
+                 .trigger(processingTime="1 second").option("checkpointLocation", checkpoint).start())
+        try:
+            source.add([{"event_id": "e1", "k": "a"}, {"event_id": "e2", "k": "a"}, {"event_id": "e3", "k": "b"}])
+            wait_for_rows(workdir / "mb", 2, timeout=60, query=first)
+            time.sleep(2)  # let the batch commit
+        finally:
+            first.stop()
+        writer = (df.writeStream.foreach(JsonLinesForeachWriter(workdir / "rt")).outputMode("update")
+                  .trigger(realTime=MIN_REAL_TIME_TRIGGER).option("checkpointLocation", checkpoint))
+
+        def final() -> dict:
+            out: dict[str, int] = {}
+            for r in read_rows(workdir / "rt"):
+                out[r["k"]] = max(out.get(r["k"], 0), int(r[count_col]))
+            return out
+
+        outcome = run_and_classify(start=writer.start, feed=lambda _q: source.add([{"event_id": "e4", "k": "a"}]),
+                                   until=lambda: final().get("a", 0) >= 3, timeout=60)
+    finally:
+        proxy.conf.restore()
+    if outcome.status != "accepted":
+        raise CheckFailed(f"the real-time restart on the micro-batch checkpoint failed: "
+                          f"{outcome.error_class or outcome.status}: {str(outcome.message)[:200]}")
+    if final().get("a") != 3:
+        raise CheckFailed(f"after the switch the count of key a is {final().get('a')}, expected 3 (state kept)")
