@@ -393,9 +393,9 @@ def test_eval_run_with_an_assistant_that_cannot_log_in_stops_with_a_message(tmp_
     assert "nothing was graded" in proc.stderr
 
 
-def test_eval_run_needs_both_placeholders(tmp_path):
-    proc = run_cli("eval", "run", "--agent", "true {prompt_file}", "--tasks", "num-task-slots", "--out", str(tmp_path / "o"))
-    assert proc.returncode == 2 and "must contain {prompt_file} and {answer_dir}" in proc.stderr
+def test_eval_run_needs_the_prompt_placeholder(tmp_path):
+    proc = run_cli("eval", "run", "--agent", "true {answer_dir}", "--tasks", "num-task-slots", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "must contain {prompt_file}" in proc.stderr
 
 
 def test_installed_skill_has_the_pack_but_no_answers(tmp_path):
@@ -460,3 +460,20 @@ def test_scope_blanking_keeps_positions_and_drops_only_comments_docstrings_and_n
     assert 'x = "é"' in code and 'return trigger(realTime="5 seconds")' in code
     assert [len(line) for line in code.splitlines()] == [len(line) for line in without.splitlines()]
     assert _without_functions("def (:\n", "x") == "def (:\n"  # unparseable: unchanged
+
+
+def test_the_committed_evidence_of_the_recorded_run_is_what_the_script_computes_from_its_reports():
+    """README's headline (generated block eval-evidence) renders evidence.json; evidence.json is recomputed here
+    from the committed per-trial reports, so no figure of it is typed by hand."""
+    from skillcheck.evals.evidence import compute, markdown_block
+
+    run = REPO / "evals" / "results" / "2026-11-25" / "run"
+    committed = json.loads((run / "_report" / "evidence.json").read_text())
+    fresh = compute(run)
+    assert fresh["conditions"] == committed["conditions"]
+    local = fresh["conditions"]["local"]
+    assert len(local["regression_guards"]) + local["evidence_tasks"]["tasks"] == len(local["tasks"]) == 28
+    assert all(t["evidence"] == "regression guard" for t in local["tasks"] if t["name"] in local["regression_guards"])
+    assert all(t["with_skill"] == t["without_skill"] == t["trials"] for t in local["tasks"]
+               if t["evidence"] == "regression guard")
+    assert markdown_block(committed).strip() in (REPO / "README.md").read_text()

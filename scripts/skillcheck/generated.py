@@ -61,6 +61,8 @@ GENERATORS: dict[str, Generator] = {
     "fast-foreach": Generator("benchmarks/rate_sweep.py", "fast_foreach_table", "benchmarks/results/rate_sweep.json"),
     "support-matrix": Generator("pack_lab/support_matrix.py", "markdown_block",
                                 "tests/data/support_matrix_results.json"),
+    "eval-evidence": Generator("scripts/skillcheck/evals/evidence.py", "markdown_block",
+                               "evals/results/2026-11-25/run/_report/evidence.json"),
 }
 
 MARKER_RE = re.compile(r"^[ \t]{0,3}<!--[ \t]*(?P<end>/)?generated:(?P<name>[^\s>]*)[ \t]*-->[ \t]*$")

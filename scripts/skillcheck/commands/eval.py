@@ -10,7 +10,7 @@ HELP = "grade eval answers (eval grade DIR), or run an assistant with and withou
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run}")
+    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run,evidence}")
     g = sub.add_parser("grade", help="grade a folder of answers (DIR/<task name>/) against evals/evals.json")
     g.add_argument("dir", help="folder holding one sub-folder per task, or a run folder "
                                 "[<condition>/]<arm>/<trial>/<task>/")
@@ -28,6 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="what the assistant has: local (PySpark + Postgres), search-only (search and a plain "
                         "Python); comma-separated (default: both)")
     _common(r)
+    e = sub.add_parser("evidence", help="label a graded run's tasks (evidence or regression guard) and write "
+                                        "RUN/_report/evidence.json from its per-trial reports")
+    e.add_argument("dir", help="a graded run folder (RUN/_report/[<condition>/]<arm>/<trial>/report.json)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -46,6 +49,15 @@ def run(args: argparse.Namespace) -> int:
 
     from ..evals.grade import EVALS_FILE, EvalsFileError, load_tasks
     from . import UsageError
+
+    if args.eval_command == "evidence":
+        from ..evals.evidence import markdown_block, write
+
+        if not (Path(args.dir) / "_report").is_dir():
+            raise UsageError(f"{args.dir}: not a graded run folder (no _report/)")
+        path = write(Path(args.dir))
+        print(markdown_block(json.loads(path.read_text(encoding="utf-8"))) + f"\nwritten: {path}")
+        return 0
 
     try:
         tasks = load_tasks(Path(args.evals) if args.evals else EVALS_FILE)

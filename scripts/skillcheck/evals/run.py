@@ -73,9 +73,9 @@ def _fill(template: str, prompt_file: Path, answer_dir: Path) -> str:
 
 
 def check_agent(template: str) -> None:
-    if "{prompt_file}" not in template or "{answer_dir}" not in template:
-        raise AgentUnavailable("--agent must contain {prompt_file} and {answer_dir}, e.g. "
-                               "--agent \"mytool --prompt-file {prompt_file} --out {answer_dir}\"")
+    if "{prompt_file}" not in template:  # {answer_dir} is optional: the command runs in the answer folder
+        raise AgentUnavailable("--agent must contain {prompt_file} (and may contain {answer_dir}; it runs in the "
+                               "answer folder), e.g. --agent \"mytool --prompt-file {prompt_file} --out {answer_dir}\"")
     try:
         words = shlex.split(template)
     except ValueError as exc:
