@@ -104,6 +104,33 @@ def _epoch(make_writer: Callable[[], Any], partition: int, epoch: int, rows: lis
     writer.close(None)
 
 
+def restart_inside_epoch(make: Callable[[], Any], server: Any, partition: int, epoch: int, rows: list,
+                         expect: Callable[[str], None]) -> None:
+    """Postgres restarts halfway through a task's rows. A writer that reports success must have written every
+    row; one that fails is retried as Spark would; either way ``expect`` checks the table afterwards."""
+    writer = pickle.loads(pickle.dumps(make()))
+    if not writer.open(partition, epoch):
+        raise CheckFailed(f"open({partition}, {epoch}) returned a falsy value: Spark would skip these rows silently")
+    failed = None
+    try:
+        for r in rows[:len(rows) // 2]:
+            writer.process(r)
+        server.restart()
+        for r in rows[len(rows) // 2:]:
+            writer.process(r)
+    except Exception as exc:
+        failed = exc
+    try:
+        writer.close(failed)
+    except Exception as exc:
+        failed = failed or exc
+    if failed is None:
+        expect("a Postgres restart inside an epoch (the writer reported success, so every row must be there)")
+    else:
+        _epoch(make, partition, epoch, rows)  # Spark retries the task
+        expect("a Postgres restart inside an epoch and the retried task")
+
+
 def sink(answer_dir: Path, _dsn: str = "") -> None:
     """``EventsWriter(dsn, table)``: replays, older versions, reordering, hostile values, a restart, a closed port."""
     sys.path.insert(0, str(_ROOT))
@@ -180,29 +207,8 @@ def sink(answer_dir: Path, _dsn: str = "") -> None:
         # A restart of Postgres in the middle of an epoch: the task fails (or the rows still land), and the
         # retried task writes everything.
         batch = [_row(id=f"r{i}", version=1, payload=f"r{i}") for i in range(20)]
-        writer = pickle.loads(pickle.dumps(make()))
-        if not writer.open(0, 5):
-            raise CheckFailed("open() returned a falsy value")
-        failed = None
-        try:
-            for r in batch[:10]:
-                writer.process(r)
-            server.restart()
-            for r in batch[10:]:
-                writer.process(r)
-        except Exception as exc:
-            failed = exc
-        try:
-            writer.close(failed)
-        except Exception as exc:
-            failed = failed or exc
-        if failed is None:
-            expected.update({r["id"]: (1, r["payload"]) for r in batch})
-            expect("a Postgres restart inside an epoch (the writer reported success, so every row must be there)")
-        else:
-            _epoch(make, 0, 5, batch)  # Spark retries the task
-            expected.update({r["id"]: (1, r["payload"]) for r in batch})
-            expect("a Postgres restart and the retried task")
+        expected.update({r["id"]: (1, r["payload"]) for r in batch})
+        restart_inside_epoch(make, server, 0, 5, batch, expect)
 
     # A closed port: the task must fail, quickly, not report success.
     port = free_port()

@@ -22,7 +22,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from .drive import _ROOT, CheckFailed, GraderUnavailable, _connect, _epoch, _row, load_module
+from .drive import _ROOT, CheckFailed, GraderUnavailable, _connect, _epoch, _row, load_module, restart_inside_epoch
 
 
 @contextlib.contextmanager
@@ -342,28 +342,8 @@ def ledger(answer_dir: Path, _dsn: str = "") -> None:
         expect("a task killed mid-epoch and its retry")
 
         epoch2 = [pay(i) for i in range(100, 140)]
-        writer = pickle.loads(pickle.dumps(make()))
-        if not writer.open(0, 2):
-            raise CheckFailed("open(0, 2) returned a falsy value: Spark would skip these rows silently")
-        failed = None
-        try:
-            for r in epoch2[:20]:
-                writer.process(r)
-            server.restart()
-            for r in epoch2[20:]:
-                writer.process(r)
-        except Exception as exc:
-            failed = exc
-        try:
-            writer.close(failed)
-        except Exception as exc:
-            failed = failed or exc
         expected.update({r["event_id"]: r["amount"] for r in epoch2})
-        if failed is None:
-            expect("a Postgres restart inside an epoch (the writer reported success, so every row must be there)")
-        else:
-            _epoch(make, 0, 2, epoch2)
-            expect("a Postgres restart inside an epoch and the retried task")
+        restart_inside_epoch(make, server, 0, 2, epoch2, expect)
 
 
 # --- sink-visible latency under real-time mode (Spark) ------------------------------------------------------
