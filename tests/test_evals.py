@@ -477,3 +477,23 @@ def test_the_committed_evidence_of_the_recorded_run_is_what_the_script_computes_
     assert all(t["with_skill"] == t["without_skill"] == t["trials"] for t in local["tasks"]
                if t["evidence"] == "regression guard")
     assert markdown_block(committed).strip() in (REPO / "README.md").read_text()
+
+
+def test_a_run_folder_without_conditions_is_graded_as_the_local_condition(tmp_path):
+    """The 2026-11-25 layout (RUN/<arm>/<trial>/<task>/) still grades; its comparison is condition local."""
+    import shutil
+
+    run = tmp_path / "run"
+    for arm, src in (("with-skill", ANSWERS / "reference" / "num-task-slots"),
+                     ("without-skill", ANSWERS / "wrong" / "num-task-slots" / "forgot-repartition")):
+        shutil.copytree(src, run / arm / "1" / "num-task-slots", ignore=shutil.ignore_patterns("EXPECTED_FAILURE"))
+    effort = run / "_effort" / "with-skill" / "1" / "num-task-slots.json"
+    effort.parent.mkdir(parents=True)
+    effort.write_text('{"wall_seconds": 42, "tool_calls": 5, "client": "session (self-reported)"}')
+    proc = run_cli("eval", "grade", str(run))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((run / "_report" / "comparison.json").read_text())["conditions"]["local"]
+    assert result["per_task"][0]["with_skill"]["passed"] == 1 and result["per_task"][0]["evidence"] == "evidence"
+    assert result["effort"]["with-skill"]["wall_seconds"] == {"jobs": 1, "median": 42, "total": 42}
+    assert result["effort"]["without-skill"]["jobs"] == 0
+    assert (run / "_report" / "with-skill" / "1" / "report.json").is_file()
