@@ -497,3 +497,15 @@ def test_a_run_folder_without_conditions_is_graded_as_the_local_condition(tmp_pa
     assert result["effort"]["with-skill"]["wall_seconds"] == {"jobs": 1, "median": 42, "total": 42}
     assert result["effort"]["without-skill"]["jobs"] == 0
     assert (run / "_report" / "with-skill" / "1" / "report.json").is_file()
+
+
+def test_the_recorded_calibration_of_the_measuring_graders_separates_reference_from_wrong():
+    """evals/results/calibration/measuring-graders.json (skills.py eval calibrate): the bounds were chosen from
+    it; every reference and unusual answer passed and every known-wrong one failed at the measuring check."""
+    data = json.loads((REPO / "evals" / "results" / "calibration" / "measuring-graders.json").read_text())
+    assert set(data["tasks"]) == {"prod-throughput-floor", "prod-rtm-latency-p99"}
+    for name, variants in data["tasks"].items():
+        labels = {c.get("label", c["kind"]) for c in BY_NAME[name]["checks"]}
+        for label, v in variants.items():
+            assert v["check"] in labels and v["measured"], (name, label, v)
+            assert v["passed"] is (not label.startswith("wrong/")), (name, label, v)

@@ -10,7 +10,7 @@ HELP = "grade eval answers (eval grade DIR), or run an assistant with and withou
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run,evidence}")
+    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run,evidence,calibrate}")
     g = sub.add_parser("grade", help="grade a folder of answers (DIR/<task name>/) against evals/evals.json")
     g.add_argument("dir", help="folder holding one sub-folder per task, or a run folder "
                                 "[<condition>/]<arm>/<trial>/<task>/")
@@ -31,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     e = sub.add_parser("evidence", help="label a graded run's tasks (evidence or regression guard) and write "
                                         "RUN/_report/evidence.json from its per-trial reports")
     e.add_argument("dir", help="a graded run folder (RUN/_report/[<condition>/]<arm>/<trial>/report.json)")
+    c = sub.add_parser("calibrate", help="grade the reference and known-wrong answers of the measuring tasks and "
+                                         "record what each grader measured (JSON)")
+    _common(c)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -68,6 +71,15 @@ def run(args: argparse.Namespace) -> int:
         unknown = sorted(set(only) - {t["name"] for t in tasks["evals"]})
         if unknown:
             raise UsageError(f"unknown task(s): {', '.join(unknown)}")
+
+    if args.eval_command == "calibrate":
+        from ..evals.calibrate import MEASURING, write
+
+        if not args.out:
+            raise UsageError("eval calibrate needs --out FILE (the JSON to write)")
+        data = write(tasks, only or list(MEASURING), Path(args.out), log=_log)
+        print(json.dumps(data, indent=2) if args.format == "json" else f"written: {args.out}")
+        return 0
 
     if args.eval_command == "grade":
         from ..evals.grade import grade_dir, markdown, write_reports

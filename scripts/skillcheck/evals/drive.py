@@ -445,18 +445,19 @@ def _failure(exc: BaseException, answer_dir: Path) -> dict:
 
 def _child_main(argv: list[str], token: str) -> int:
     name, answer_dir = argv[0], Path(argv[1])
+    measured = None
     try:
         if name in SPARK_DRIVERS or name in MORE_SPARK_DRIVERS:
             spark = _child_session()
             workdir = Path(tempfile.mkdtemp(prefix="rtm-evals-"))
-            _spark_driver(name)(answer_dir, spark, workdir)
+            measured = _spark_driver(name)(answer_dir, spark, workdir)
         else:
             dsn = ""
             if name in POSTGRES_DRIVERS:
                 dsn = _child_postgres()
             drivers = {**CHILD_DRIVERS, **_production_drivers()}
-            drivers[name](answer_dir, dsn)
-        verdict = {"passed": True, "evidence": ""}
+            measured = drivers[name](answer_dir, dsn)  # a measuring driver returns what it measured
+        verdict = {"passed": True, "evidence": measured if isinstance(measured, str) else ""}
     except CheckFailed as exc:
         verdict = {"passed": False, "evidence": str(exc)}
     except GraderUnavailable as exc:
