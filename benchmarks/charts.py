@@ -13,7 +13,8 @@ and no timestamp or software tag in the PNG metadata.
 - ``foreach_latency.json`` → ``foreach_latency.png``: end-to-end p50 and p99 per case;
 - ``sink_benchmark.json`` → ``sink_benchmark.png``: rows/s of each writer;
 - ``soak.json`` → ``soak.png``: latency per window, memory and connections over a soak;
-- the demo's report → its latency chart (:func:`render_demo_chart`).
+
+The demo's chart is drawn by ``pack_lab/charts.py`` with the same primitives.
 """
 
 from __future__ import annotations
@@ -24,63 +25,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pack_lab.charts import PATH_STYLE, log_axis_ms, pyplot, save
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-#: Colours and labels per sink path (rate sweep and demo share them).
-PATH_STYLE = {
-    "rtm-jvm": ("#1b7837", "real-time mode + JVM sink"),
-    "rtm-python": ("#c51b7d", "real-time mode + Python foreach"),
-    "rtm-fast-foreach": ("#e08214", "real-time mode + fast Python foreach"),
-    "microbatch": ("#2166ac", "micro-batch (0 s) + Python foreach"),
-}
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib import pyplot as plt
-
-    matplotlib.rcdefaults()
-    matplotlib.rcParams.update({
-        "font.family": "DejaVu Sans",
-        "font.size": 9,
-        "axes.titlesize": 10,
-        "figure.dpi": 100,
-        "savefig.dpi": 100,
-        "path.simplify": False,
-    })
-    return plt
-
-
-def _save(fig, out: Path) -> Path:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100, metadata={"Software": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return out
-
-
-def _log_axis_ms(ax, axis: str = "y") -> None:
-    from matplotlib.ticker import FuncFormatter
-
-    formatter = FuncFormatter(lambda v, _pos: f"{v:g}")
-    if axis == "y":
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(formatter)
-    else:
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(formatter)
-
 
 # ------------------------------------------------------------------ rate sweep
 
 
 def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
     """Sink-visible p50, p95 and p99 (ms, log) against offered rate (rows/s, log), a line per path."""
-    plt = _pyplot()
+    plt = pyplot()
     quantiles = ("p50", "p95", "p99")
     fig, axes = plt.subplots(1, len(quantiles), figsize=(12, 4.2), sharey=True)
     target = results.get("target", {})
@@ -100,8 +54,8 @@ def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
             ax.annotate(f"target {q} ≤ {limit:g} ms (JVM, {target.get('rate', 1000):g}/s)",
                         xy=(0.02, limit), xycoords=("axes fraction", "data"),
                         xytext=(0, 3), textcoords="offset points", fontsize=7, color="#555555")
-        _log_axis_ms(ax, "x")
-        _log_axis_ms(ax, "y")
+        log_axis_ms(ax, "x")
+        log_axis_ms(ax, "y")
         ax.set_title(f"sink-visible latency {q}")
         ax.set_xlabel("offered input rate (rows/s)")
         ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
@@ -113,7 +67,7 @@ def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
                  f"{machine.get('spark_master', '')}, pyspark {machine.get('pyspark', '?')}, "
                  f"trigger {results.get('trigger', '?')} ({results.get('date', '')})", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return _save(fig, out)
+    return save(fig, out)
 
 
 # ------------------------------------------------------------------ foreach latency
@@ -121,7 +75,7 @@ def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
 
 def render_foreach_latency(results: Mapping[str, Any], out: Path) -> Path:
     """End-to-end (source → sink) p50 and p99 per case, horizontal bars on a log axis."""
-    plt = _pyplot()
+    plt = pyplot()
     cases = [c for c in results.get("cases", []) if "report" in c]
     names = [c["name"] for c in cases]
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(cases) + 1.4))
@@ -132,13 +86,13 @@ def render_foreach_latency(results: Mapping[str, Any], out: Path) -> Path:
     ax.barh([y - 0.2 for y in ys], p50, height=0.4, color="#b2182b", label="p50")
     ax.set_yticks(ys, names)
     ax.invert_yaxis()
-    _log_axis_ms(ax, "x")
+    log_axis_ms(ax, "x")
     ax.set_xlabel("source → sink latency (ms, log scale)")
     ax.grid(True, axis="x", linewidth=0.4, alpha=0.6)
     ax.legend(loc="lower right", fontsize=8, frameon=False)
     ax.set_title(f"foreach latency under real-time mode vs micro-batch ({results.get('date', '')})")
     fig.tight_layout()
-    return _save(fig, out)
+    return save(fig, out)
 
 
 # ------------------------------------------------------------------ sink throughput
@@ -146,7 +100,7 @@ def render_foreach_latency(results: Mapping[str, Any], out: Path) -> Path:
 
 def render_sink_benchmark(results: Mapping[str, Any], out: Path) -> Path:
     """Rows per second of every direct writer, as a share of raw ``COPY``."""
-    plt = _pyplot()
+    plt = pyplot()
     direct = list(results.get("direct", []))
     fig, ax = plt.subplots(figsize=(9, 0.34 * len(direct) + 1.4))
     ys = list(range(len(direct)))
@@ -158,7 +112,7 @@ def render_sink_benchmark(results: Mapping[str, Any], out: Path) -> Path:
                     xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
     ax.set_yticks(ys, [d["name"] for d in direct])
     ax.invert_yaxis()
-    _log_axis_ms(ax, "x")
+    log_axis_ms(ax, "x")
     ax.set_xlim(right=max(rates) * 8)
     ax.set_xlabel("rows per second (log scale)")
     ax.grid(True, axis="x", linewidth=0.4, alpha=0.6)
@@ -166,7 +120,7 @@ def render_sink_benchmark(results: Mapping[str, Any], out: Path) -> Path:
     ax.set_title(f"Writing {rows:,} rows into local Postgres, one connection" if isinstance(rows, int)
                  else "Writing rows into local Postgres, one connection")
     fig.tight_layout()
-    return _save(fig, out)
+    return save(fig, out)
 
 
 # ------------------------------------------------------------------ soak
@@ -178,7 +132,7 @@ SOAK_STYLE = {"rtm_jvm": PATH_STYLE["rtm-jvm"], "rtm_python": PATH_STYLE["rtm-py
 
 def render_soak(results: Mapping[str, Any], out: Path) -> Path:
     """Three panels over the soak's time: p50/p99 latency per window, executor and Python RSS, connections."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (lat, mem, conns) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     window = results["settings"]["window_s"]
     for path, rep in results["paths"].items():
@@ -187,7 +141,7 @@ def render_soak(results: Mapping[str, Any], out: Path) -> Path:
         xs = [(w["window"] + 0.5) * window / 60 for w in ws]
         lat.plot(xs, [max(w["p50"], 1) for w in ws], marker="o", color=colour, label=f"{label} p50")
         lat.plot(xs, [max(w["p99"], 1) for w in ws], marker="^", linestyle="--", color=colour, label=f"{label} p99")
-    _log_axis_ms(lat)
+    log_axis_ms(lat)
     lat.set_ylabel("visible latency (ms, log)")
     lat.legend(fontsize=7, frameon=False)
     samples = results.get("samples", [])
@@ -216,38 +170,7 @@ def render_soak(results: Mapping[str, Any], out: Path) -> Path:
                   f"cluster, a fault every {settings['fault_every_s']:g} s (red lines); lost "
                   f"{results['lost_total']}, duplicated {results['duplicated_total']}", fontsize=9)
     fig.tight_layout()
-    return _save(fig, out)
-
-
-# ------------------------------------------------------------------ demo
-
-
-def render_demo_chart(report: Mapping[str, Any], out: Path) -> Path:
-    """The demo's paths side by side: sink-visible p50/p95/p99 and engine p50 (ms, log)."""
-    plt = _pyplot()
-    paths = [p for p in report.get("paths", []) if p.get("latency")]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    quantiles = (("p50", 0.8), ("p95", 0.55), ("p99", 0.35))
-    width = 0.2
-    for i, path in enumerate(paths):
-        colour, label = PATH_STYLE.get(path["path"], ("#777777", path["path"]))
-        for j, (q, alpha) in enumerate(quantiles):
-            value = max(path["latency"].get(q, 0), 1)
-            ax.bar(i + (j - 1) * width, value, width=width, color=colour, alpha=alpha)
-            ax.annotate(f"{path['latency'].get(q, 0):.0f}", xy=(i + (j - 1) * width, value),
-                        xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
-        engine = path.get("engine", {}).get("p50")
-        if engine is not None:
-            ax.plot([i - 1.5 * width, i + 1.5 * width], [max(engine, 1)] * 2, color="black",
-                    linewidth=1.2, linestyle=":")
-    ax.set_xticks(range(len(paths)),
-                  [PATH_STYLE.get(p["path"], (None, p["path"]))[1].replace(" + ", "\n+ ") for p in paths])
-    _log_axis_ms(ax, "y")
-    ax.set_ylabel("sent → visible in Postgres (ms, log scale)")
-    ax.set_title("Same workload, three ways: bars p50 / p95 / p99, dotted line engine p50")
-    ax.grid(True, axis="y", linewidth=0.4, alpha=0.6)
-    fig.tight_layout()
-    return _save(fig, out)
+    return save(fig, out)
 
 
 #: Every committed chart: JSON result → (renderer, PNG next to it).

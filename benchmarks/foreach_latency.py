@@ -398,7 +398,7 @@ def text_table(results: dict[str, Any]) -> str:
 def update_readme() -> list[str]:
     """Rewrite the table wherever the pack embeds it, from the committed JSON (the shared block writer)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from skillcheck.generated import write_from_script
+    from skillcheck.regenerate import write_from_script
 
     return write_from_script("foreach-latency")
 

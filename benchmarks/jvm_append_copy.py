@@ -59,13 +59,28 @@ def write_input(spark, rows: int, folder: str):
 
 
 def reference_sentence(report: dict[str, Any]) -> str:
-    """The figure as references/lakebase-sink-python.md states it (a test keeps the two equal)."""
+    """The figure as references/lakebase-sink-python.md states it (a test keeps the two equal).
+
+    Each number carries its fig marker (``skills.py generate`` re-renders it from the committed JSON and
+    ``validate`` reports a stale one as FIG001), so the sentence reads the same as before on the page.
+    """
     s, settings = report["summary"], report["settings"]
-    return (f"COPY {s['copy']['median_rows_per_s']:,} rows/s against INSERT {s['insert']['median_rows_per_s']:,} "
-            f"rows/s (medians of {settings['rounds']} interleaved rounds of {settings['rows']:,} rows; "
-            f"COPY ÷ INSERT {s['copy_over_insert_median']:.2f}, the median of the per-round ratios; "
-            f"the `noop` sink {s['noop']['median_rows_per_s']:,} rows/s; counting only the time beyond the `noop` "
-            f"run of the same round, INSERT took {s['sink_time_insert_over_copy_median']:.1f} times as long as COPY)")
+
+    def fig(pointer: str, value: str, fmt: str = "") -> str:
+        return f"<!-- fig: jvm_append_copy.json#{pointer}{' ' + fmt if fmt else ''} -->{value}"
+
+    copy = fig("/summary/copy/median_rows_per_s", f"{s['copy']['median_rows_per_s']:,}")
+    insert = fig("/summary/insert/median_rows_per_s", f"{s['insert']['median_rows_per_s']:,}")
+    rounds = fig("/settings/rounds", str(settings["rounds"]))
+    rows = fig("/settings/rows", f"{settings['rows']:,}")
+    ratio = fig("/summary/copy_over_insert_median", f"{s['copy_over_insert_median']:.2f}", ":.2f")
+    noop = fig("/summary/noop/median_rows_per_s", f"{s['noop']['median_rows_per_s']:,}")
+    sink_time = fig("/summary/sink_time_insert_over_copy_median", f"{s['sink_time_insert_over_copy_median']:.1f}",
+                    ":.1f")
+    return (f"COPY {copy} rows/s against INSERT {insert} rows/s (medians of {rounds} interleaved rounds of {rows} "
+            f"rows; COPY ÷ INSERT {ratio}, the median of the per-round ratios; the `noop` sink {noop} rows/s; "
+            f"counting only the time beyond the `noop` run of the same round, INSERT took {sink_time} times as long "
+            f"as COPY)")
 
 
 def run_once(spark, path: str, source: str, schema, dsn: str, table: str, checkpoint: str, batchsize: int,
@@ -81,8 +96,8 @@ def run_once(spark, path: str, source: str, schema, dsn: str, table: str, checkp
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP TABLE IF EXISTS "{table}"')
             conn.execute(f'CREATE TABLE "{table}" (id bigint, version bigint, name text)')
-        writer = build_jvm_writer(spark, dsn=dsn, table=table, mode="append", batchsize=batchsize,
-                                  batchinterval_ms=100, append_copy=path == "copy")
+        writer = build_jvm_writer(spark, dsn=dsn, table=table, mode="append", max_batch_rows=batchsize,
+                                  max_dwell_ms=100, append_copy=path == "copy")
         stream._jwrite = stream._jwrite.foreach(writer)
     started = time.perf_counter()
     query = stream.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()

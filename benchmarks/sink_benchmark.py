@@ -431,7 +431,7 @@ def targets_sentence(report: dict[str, Any]) -> str:
 def update_reference() -> list[str]:
     """Rewrite the figures table wherever the pack embeds it, from the committed JSON (the shared block writer)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from skillcheck.generated import write_from_script
+    from skillcheck.regenerate import write_from_script
 
     return write_from_script("sink-benchmark")
 

@@ -98,7 +98,7 @@ def write_report(results: list[PathResult], options: DemoOptions, out_dir: Path)
 def write_chart(report_path: Path, out_dir: Path) -> tuple[Path | None, str | None]:
     """Render the latency chart from the JSON report; ``(None, why)`` when it cannot."""
     try:
-        from benchmarks.charts import render_demo_chart
+        from pack_lab.charts import render_demo_chart
     except ImportError as exc:
         return None, f"no chart: {exc} (install the dev dependencies: bash scripts/setup.sh)"
     chart = out_dir / CHART_NAME

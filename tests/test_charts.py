@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import charts
+from pack_lab import charts as lab_charts
 
 RESULTS = Path(charts.__file__).resolve().parent / "results"
 
@@ -42,7 +43,7 @@ def test_demo_chart_from_a_report(tmp_path):
         {"path": "rtm-python", "latency": {"p50": 2000, "p95": 4000, "p99": 4800}, "engine": {"p50": 10}},
         {"path": "microbatch", "skipped": "no javac", "latency": {}, "engine": {}},
     ]}
-    out = charts.render_demo_chart(report, tmp_path / "demo.png")
+    out = lab_charts.render_demo_chart(report, tmp_path / "demo.png")
     assert out.read_bytes().startswith(b"\x89PNG")
 
 

@@ -52,3 +52,20 @@ def test_runtime_gate():
     with pytest.raises(RuntimeError, match="not a Databricks cluster"):
         ex.require_runtime((18, 0), "the native sink", environ={})
     assert ex.runtime_version({"DATABRICKS_RUNTIME_VERSION": "client.1.2"}) is None
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("text", ["100 milliseconds", "1 second", "2 minutes 5 seconds", "100 ms", "100", "fast", "1s"])
+def test_batchinterval_check_agrees_with_sparks_interval_parser(spark, text):
+    """The checker's LBS003 and open-source Spark's own interval parser accept the same strings; "100 ms"
+    fails there with INVALID_INTERVAL_FORMAT.INVALID_UNIT. (Databricks' sink itself is not run here.)"""
+    jvm = spark.sparkContext._jvm
+    utf8 = jvm.org.apache.spark.unsafe.types.UTF8String.fromString(text)
+    try:
+        jvm.org.apache.spark.sql.catalyst.util.IntervalUtils.stringToInterval(utf8)
+        spark_ok, error = True, ""
+    except Exception as exc:  # py4j wraps the JVM's SparkIllegalArgumentException
+        spark_ok, error = False, str(exc)
+    assert native_sink.spark_interval_ok(text) is spark_ok
+    if text == "100 ms":
+        assert "INVALID_INTERVAL_FORMAT.INVALID_UNIT" in error

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,16 +20,14 @@ def test_the_committed_soak_is_a_full_exact_run():
         assert report["missing"] == report["duplicated"] == report["unexpected_ids"] == 0, path
 
 
-def test_the_reference_quotes_the_committed_figures():
-    assert f"{RESULT['rows_per_path']:,} rows per path" in TEXT
+def test_the_reference_renders_its_figures_from_the_committed_soak():
+    """The numbers are fig markers (rendered by `skills.py generate`, compared by the validator's FIG001);
+    what the prose says about them in words is checked here against the file."""
+    assert TEXT.count("<!-- fig: soak.json#") >= 15
     assert "five faults" in TEXT and "0 lost and 0 duplicated on both paths" in TEXT
+    # "JVM sink p50 12 ms in every 5-minute window": the marker renders window 0; every window has that median.
     jvm = RESULT["paths"]["rtm_jvm"]
-    assert {w["p50"] for w in jvm["latency_windows"]} == {12.0}
-    assert "JVM sink p50 12 ms in every 5-minute window" in TEXT
-    p99s = ", ".join(f"{w['p99'] / 1000:.2g} s" for w in jvm["latency_windows"])
-    quoted = re.search(r"its p99 per window (.*?); overall", TEXT).group(1)
-    assert re.sub(r" \([^)]*\)", "", quoted).replace("then ", "") == p99s
-    trends = RESULT["trends"]
-    assert f"slopes {trends['connections.rtm_jvm']['slope_per_min']} and " \
-           f"{trends['connections.rtm_python']['slope_per_min']} per minute" in TEXT
+    assert len({w["p50"] for w in jvm["latency_windows"]}) == 1
+    assert "in every 5-minute window" in TEXT
+    # "1 or 2 on both paths": no sample above 2.
     assert max(s["connections"][p] for s in RESULT["samples"] if s["connections"] for p in RESULT["paths"]) == 2

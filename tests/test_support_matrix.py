@@ -171,3 +171,19 @@ def test_oss_progress_has_no_rtm_latency_metrics(spark, tmp_path):
     assert '"batchId"' in text and '"sink"' in text  # a real progress report
     for name in ("rtmMetrics", "processingLatencyMs", "sourceQueuingLatencyMs", "e2eLatencyMs"):
         assert name not in text
+
+
+def _console_long_batch(ctx):
+    return (ctx.stream().writeStream.format("console").outputMode("update")
+            .trigger(realTime="5 minutes").option("checkpointLocation", ctx.checkpoint))
+
+
+@pytest.mark.spark
+def test_a_row_without_output_is_not_accepted_before_a_long_batch_completes(spark, static, tmp_path):
+    # A query that has not failed *yet* is not "accepted": with a 5-minute long batch nothing completes
+    # within the probe's timeout, so the outcome is a timeout (a fixed watch of a few seconds called it
+    # accepted, and a slow machine turned an expected refusal into "accepted").
+    row = sm.MatrixRow("console, 5-minute batch", "sink", _console_long_batch, sm.ACCEPTED, "not listed")
+    outcome = sm.run_row(spark, row, tmp_path, static=static, timeout=8)
+    assert outcome.status == "timeout", outcome
+    assert not spark.streams.active

@@ -6,7 +6,7 @@ first use (pip downloads pyspark, ~450 MB per version) and run every row of
 version on 2 cores). Each version's outcomes must equal the run recorded in
 ``other_versions`` in ``tests/data/support_matrix_results.json``; re-record with
 ``UPDATE_MATRIX=1`` after a deliberate change, then rewrite the reference's
-table with ``python -m pack_lab.support_matrix --write references/real-time-mode.md``.
+table with ``python scripts/skills.py generate``.
 Skip the group locally with ``-m "not spark_versions"``; CI runs it.
 
 The unit tests at the bottom check the machinery itself (venv caching, failure

@@ -156,7 +156,8 @@ def attribute(requests: DataFrame, acks: DataFrame, window_ms: int = 5 * 60_000)
     """Union the two streams into one event shape and attribute them per ``transaction_id``.
 
     RTM: NO in open-source 4.3 (run it with ``start_micro_batch``); yes on
-    Databricks. ``timeMode="ProcessingTime"``: the only timers real-time mode offers.
+    Databricks. ``timeMode="ProcessingTime"``: the only timers Databricks'
+    real-time mode supports (open-source 4.3's JVM operator also has event time).
     """
     from pyspark.sql import functions as F
 

@@ -77,6 +77,12 @@ _ALL = [
          "or mismatched names", "Use <!-- generated:NAME --> ... <!-- /generated:NAME --> with a registered NAME."),
     Code("GEN003", "a generator cannot run: its JSON source is missing or invalid, or its function fails",
          "Restore the JSON source (re-run the script that writes it) or fix the generator function."),
+    # Figures in prose, rendered from their result files (figures.py)
+    Code("FIG001", "a figure in prose differs from the result file its marker names (stale)",
+         "Run `python scripts/skills.py generate` (it rewrites every marked number from its file) and commit."),
+    Code("FIG002", "a figure marker cannot be rendered: its file is missing or not JSON, its pointer matches "
+         "nothing (or several elements), names no number, its format is bad, or no number follows it",
+         "Write <!-- fig: FILE.json#/json/pointer[field=value]/key [/N][:spec] -->NUMBER with a real file and path."),
     # Real-time mode rules (Python AST)
     USER_CODES["RTM001"],
     USER_CODES["RTM002"],

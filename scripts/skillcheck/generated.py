@@ -10,10 +10,10 @@ A generated block sits between two HTML comments::
 
 ``GENERATORS`` maps each NAME to the function that renders it and the
 committed JSON it renders from. ``skills.py generate`` rewrites every block of
-every Markdown file (:func:`write_blocks`); ``skills.py validate`` reports a
+every Markdown file (:func:`skillcheck.regenerate.write_blocks`); ``skills.py validate`` reports a
 stale block as GEN001, bad markers as GEN002 and a generator that cannot run
 as GEN003 (:func:`check_blocks`). A script that produces the JSON (a
-benchmark, the support-matrix test) calls :func:`write_blocks` with its own
+benchmark, the support-matrix test) calls ``write_blocks`` with its own
 name instead of carrying a writer of its own.
 
 To register a generator: add one line to ``GENERATORS`` naming the module
@@ -26,8 +26,8 @@ Reference excerpts (``<!-- excerpt: MODULE.py#NAME -->`` before a fence) are
 the other kind of generated block; ``generate`` rewrites them too (see
 :mod:`skillcheck.excerpts`).
 
-Scripts outside the validator import it as ``skillcheck.generated`` with
-``scripts/`` on ``sys.path`` and call :func:`write_from_script`.
+Scripts outside the validator put ``scripts/`` on ``sys.path`` and call
+``skillcheck.regenerate.write_from_script`` (the writer lives there, above this module).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ GENERATORS: dict[str, Generator] = {
     "fast-foreach": Generator("benchmarks/rate_sweep.py", "fast_foreach_table", "benchmarks/results/rate_sweep.json"),
     "support-matrix": Generator("pack_lab/support_matrix.py", "markdown_block",
                                 "tests/data/support_matrix_results.json"),
+    "sink-outcomes": Generator("pack_lab/outcome_doc.py", "markdown_table", "rtm_lakebase/sink/outcomes.json"),
     "eval-evidence": Generator("scripts/skillcheck/evals/evidence.py", "markdown_block",
                                "evals/results/2026-11-25/run/_report/evidence.json"),
 }
@@ -227,26 +228,3 @@ def rewrite(text: str, renderer: Renderer, names: Iterable[str] | None = None,
             continue
         lines[span.start - 1:span.end] = block_text(span.name, body).split("\n")
     return "\n".join(lines), problems
-
-
-def write_blocks(root: Path, names: Iterable[str] | None = None) -> tuple[list[str], list[Finding]]:
-    """Rewrite the blocks (all, or those of ``names``) in the pack's Markdown files; (changed files, problems)."""
-    from .regenerate import regenerate_markdown
-
-    names = list(names) if names is not None else None
-    for name in names or ():
-        if name not in GENERATORS:
-            raise KeyError(f"unknown generator {name!r}")
-    return regenerate_markdown(Path(root).resolve(), write=True, names=names)
-
-
-def write_from_script(name: str) -> list[str]:
-    """For a script that produces a generator's JSON: rewrite that generator's blocks in this checkout.
-
-    Raises ``RuntimeError`` naming the problem when a block cannot be written.
-    """
-    root = Path(__file__).resolve().parents[2]
-    changed, problems = write_blocks(root, [name])
-    if problems:
-        raise RuntimeError("; ".join(f.text() for f in problems))
-    return changed

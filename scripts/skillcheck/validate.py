@@ -8,6 +8,7 @@ from pathlib import Path
 from rtm_lakebase.check.findings import Finding, capped, unique_sorted
 
 from .codeblocks import check_document, check_module
+from .figures import Sources, check_figures
 from .frontmatter import check_front_matter, parse_front_matter, read_install_name
 from .generated import Renderer, check_blocks
 from .limits import MAX_FINDINGS_PER_FILE, MAX_HEADINGS
@@ -89,6 +90,7 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
 
     # Every Markdown file: links, code blocks, excerpts, generated blocks, prose; references: title + summary.
     renderer = Renderer(root)
+    sources = Sources(root)
     for rel in md_files:
         doc = pack.doc(rel)
         if doc is None:
@@ -96,6 +98,7 @@ def validate_pack(root: Path, external: bool = True) -> tuple[list[Finding], int
         out += check_links(doc, root, pack.doc)
         out += check_document(doc, pack.module_text)
         out += check_blocks(rel, doc.lines, renderer, doc.in_code)
+        out += check_figures(rel, doc.lines, sources, doc.in_code)
         if doc.degraded:
             out.append(Finding(rel, 1, 1, "PACK004", doc.degraded))
         if len(doc.headings) > MAX_HEADINGS:

@@ -292,6 +292,13 @@ def test_create_table_sql_refuses_unsafe_types(pg_conn):
 
 def test_connection_budget():
     assert max_connections(1) == 209 and max_connections(5) == 839 and max_connections(64) == 4000
+    # Lakebase Provisioned: 1,000 per instance at any size, not the Autoscaling cap of that CU.
+    assert max_connections(8, provisioned=True) == 1000 and max_connections(1, provisioned=True) == 1000
+    assert check_connection_budget(8, sink_tasks=900, provisioned=True).cap == 1000
+    with pytest.raises(ConnectionBudgetExceeded, match="of 1000 connections"):
+        check_connection_budget(8, sink_tasks=1000, provisioned=True)  # fits the 1,678 of 8 CU Autoscaling
+    with pytest.raises(ValueError):
+        max_connections(0, provisioned=True)
     budget = check_connection_budget(1, sink_tasks=8, app_pool_max=20, app_replicas=3)
     assert budget.planned == 8 + 60 + 10 and budget.spare == 209 - 78
     with pytest.raises(ConnectionBudgetExceeded, match="200 sink tasks"):

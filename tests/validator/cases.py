@@ -75,6 +75,16 @@ def _generated(name: str = "foreach-latency", body: str | None = None, source: b
     return build
 
 
+def _figure(marker: str, number: str):
+    """A sentence quoting a figure from a small result file (written into the mini pack)."""
+    def build(root: Path) -> None:
+        _write(root, "benchmarks/results/bench.json",
+               json.dumps({"points": [{"path": "jvm", "rate": 1000, "p50": 22},
+                                      {"path": "fast", "rate": 1000, "p50": 1287}]}), regenerate=False)
+        add_prose(root, f"Rows were visible after {marker}{number} ms at the median.")
+    return build
+
+
 def _fifo(root: Path) -> None:
     os.mkfifo(root / "references" / "pipe.md")
 
@@ -96,6 +106,10 @@ CASES: dict[str, tuple] = {
     "GEN001": (_generated(body="| stale | table |"), _generated()),
     "GEN002": (_generated(name="no-such-generator"), _generated()),
     "GEN003": (_generated(source=False), _generated()),
+    "FIG001": (_figure("<!-- fig: bench.json#/points[path=jvm,rate=1000]/p50 -->", "18"),
+               _figure("<!-- fig: bench.json#/points[path=jvm,rate=1000]/p50 -->", "22")),
+    "FIG002": (_figure("<!-- fig: bench.json#/points[rate=1000]/p50 -->", "22"),
+               _figure("<!-- fig: bench.json#/points[path=fast]/p50 /1000:.1f -->", "1.3")),
     "FM001": (lambda r: _edit(r, "SKILL.md", "license: Apache-2.0", "license: [unclosed", regenerate=False),
               _nothing),
     "FM002": (lambda r: _edit(r, "SKILL.md", "license: Apache-2.0", "license: Apache-2.0\nversion: \"1\""),

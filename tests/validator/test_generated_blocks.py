@@ -46,7 +46,8 @@ def test_a_changed_source_makes_every_block_stale_and_generate_fixes_it(tmp_path
     found = check_blocks("benchmarks/README.md", doc.lines, Renderer(root), doc.in_code)
     assert {f.code for f in found} == {"GEN001", "GEN003"}  # foreach-latency stale; rate-sweep's JSON absent
     changed, problems = regenerate_markdown(root)
-    assert changed == ["benchmarks/README.md"] and {f.code for f in problems} == {"GEN003"}
+    # rate-sweep's JSON is absent: its block cannot render (GEN003), nor can the prose figures quoting it (FIG002)
+    assert changed == ["benchmarks/README.md"] and {f.code for f in problems} == {"GEN003", "FIG002"}
     assert "Measured 1999-" in (root / "benchmarks/README.md").read_text(encoding="utf-8")
     assert regenerate_markdown(root)[0] == []
 

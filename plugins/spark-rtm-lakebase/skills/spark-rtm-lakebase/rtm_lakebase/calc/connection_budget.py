@@ -8,7 +8,11 @@ capacity units (CU); with autoscaling the cap follows the maximum CU.
 :class:`ConnectionBudgetExceeded` with the breakdown when it does not fit.
 
 Caps per CU are from the Lakebase "Manage computes" page
-(https://docs.databricks.com/aws/en/oltp/projects/manage-computes).
+(https://docs.databricks.com/aws/en/oltp/projects/manage-computes), for
+Lakebase Autoscaling. A Lakebase Provisioned instance accepts at most 1,000
+concurrent connections whatever its size (limits on "What is a database
+instance?", read on its Azure copy learn.microsoft.com/zh-cn/azure/Databricks/oltp/instances/instance): pass
+``provisioned=True``.
 """
 
 from __future__ import annotations
@@ -28,16 +32,25 @@ LAKEBASE_MAX_CONNECTIONS: dict[float, int] = {
 }
 
 
+#: Lakebase Provisioned: concurrent connections per database instance, at every capacity.
+LAKEBASE_PROVISIONED_MAX_CONNECTIONS = 1000
+
+
 class ConnectionBudgetExceeded(ValueError):
     """More connections planned than the Lakebase compute accepts."""
 
 
-def max_connections(capacity_units: float) -> int:
+def max_connections(capacity_units: float, provisioned: bool = False) -> int:
     """The connection cap for a compute of ``capacity_units`` CU.
 
-    Sizes between table rows get the cap of the next smaller listed size (a
-    safe under-estimate); 32 CU and above are capped at 4,000.
+    Autoscaling: sizes between table rows get the cap of the next smaller listed
+    size (a safe under-estimate); 32 CU and above are capped at 4,000.
+    ``provisioned``: a Lakebase Provisioned instance, 1,000 at any size.
     """
+    if provisioned:
+        if not capacity_units > 0:
+            raise ValueError(f"capacity_units must be positive, got {capacity_units}")
+        return LAKEBASE_PROVISIONED_MAX_CONNECTIONS
     if capacity_units < min(LAKEBASE_MAX_CONNECTIONS):
         raise ValueError(f"capacity_units must be at least 0.5, got {capacity_units}")
     listed = [cu for cu in sorted(LAKEBASE_MAX_CONNECTIONS) if cu <= capacity_units]
@@ -71,20 +84,22 @@ class ConnectionBudget:
 
 # --8<-- [start:check_connection_budget]
 def check_connection_budget(capacity_units: float, sink_tasks: int, app_pool_max: int = 0,
-                            app_replicas: int = 1, reserved: int = 10) -> ConnectionBudget:
+                            app_replicas: int = 1, reserved: int = 10,
+                            provisioned: bool = False) -> ConnectionBudget:
     """Raise ``ConnectionBudgetExceeded`` unless every planned connection fits under the cap.
 
     ``sink_tasks``: tasks of the stage that runs the ``foreach`` writer (one
     connection each; under real-time mode they stay open for the whole long
     batch, and a retried task can briefly overlap its predecessor).
     ``reserved``: connections kept free for people, migrations and monitoring.
+    ``provisioned``: the target is a Lakebase Provisioned instance (1,000 connections).
     """
     for name, value in (("sink_tasks", sink_tasks), ("app_pool_max", app_pool_max),
                         ("app_replicas", app_replicas), ("reserved", reserved)):
         if value < 0:
             raise ValueError(f"{name} must not be negative, got {value}")
     budget = ConnectionBudget(capacity_units, sink_tasks, app_pool_max, app_replicas, reserved,
-                              max_connections(capacity_units))
+                              max_connections(capacity_units, provisioned))
     if budget.planned > budget.cap:
         raise ConnectionBudgetExceeded(
             f"connection budget exceeded: {budget.describe()}. Use fewer partitions in the stage "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from psycopg.adapt import PyFormat, Transformer
 from rtm_lakebase.postgres.connection import ConnectionSettings, connect, redact
 from rtm_lakebase.postgres.pool import POOL
 from rtm_lakebase.sink.diagnosis import FlushDiagnosis
-from rtm_lakebase.sink.errors import Failure, SinkConnectionError, SinkError, classify
+from rtm_lakebase.sink.errors import Failure, FlushAbandoned, SinkConnectionError, SinkError, classify
 from rtm_lakebase.sink.metrics import SinkMetrics
 from rtm_lakebase.sink.rows import ValueChecks
 from rtm_lakebase.sink.settings import SinkSettings
@@ -62,6 +63,8 @@ class PostgresTarget:
         self._diagnosis: FlushDiagnosis | None = None
         self._key_idx: tuple[int, ...] = ()
         self._fold_unicode = True
+        self._abandoned = threading.Event()  # set by abandon(): stop retrying, stop sleeping
+        self._in_statement = False
 
     # -- open / close -------------------------------------------------------------
     def open(self) -> None:
@@ -86,6 +89,24 @@ class PostgresTarget:
                 conn.close()
             except Exception:  # closing a broken connection must not hide the real error
                 log.debug("ignoring an error while closing the connection", exc_info=True)
+
+    def abandon(self) -> None:
+        """The task failed: stop the flush in flight now (from another thread).
+
+        A backoff sleep ends at once, no retry or row search starts, and a statement
+        running on the server is cancelled; the flush then raises :class:`FlushAbandoned`.
+        """
+        self._abandoned.set()
+        conn = self.conn
+        if conn is not None and self._in_statement and not conn.closed:
+            try:
+                conn.cancel_safe(timeout=5)
+            except Exception:  # the connection is discarded anyway; the flush stops at its next step
+                log.debug("could not cancel the statement in flight", exc_info=True)
+
+    def _stop_if_abandoned(self, what: str) -> None:
+        if self._abandoned.is_set():
+            raise FlushAbandoned(f"{what} on {self.description} abandoned: the task failed")
 
     def _connect(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
@@ -249,18 +270,25 @@ class PostgresTarget:
         """Run ``action(connection)``; retry what retrying can change, explain the rest."""
         s, attempt, started = self.settings, 0, time.monotonic()
         while True:
+            self._stop_if_abandoned(what)
             connecting = True
             began = time.monotonic()
             try:
                 conn = self._connect()
                 connecting = False
-                return action(conn)
+                self._in_statement = True
+                try:
+                    return action(conn)
+                finally:
+                    self._in_statement = False
             except (SinkError, KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # classified below
+                self._stop_if_abandoned(what)  # a cancelled statement is not a statement timeout
                 if connecting and not isinstance(exc, psycopg.Error):
                     raise  # settings that cannot work, a token source that failed: their own clear error
                 kind = classify(exc, connecting=connecting)
+                sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
                 if kind in (Failure.CONNECTION, Failure.CONFLICT) and attempt < s.max_retries:
                     attempt += 1
                     delay = backoff_seconds(attempt, s.backoff_initial_ms, s.backoff_max_ms)
@@ -273,24 +301,25 @@ class PostgresTarget:
                             self.metrics.reconnects += 1
                     else:
                         self.metrics.conflict_retries += 1
-                    time.sleep(delay)
+                    self._abandoned.wait(delay)  # ends at once when the task fails meanwhile
                     continue
                 if kind is Failure.CONNECTION:
                     self.close()
                     raise SinkConnectionError(
                         f"{what} failed after {attempt + 1} attempts in {time.monotonic() - started:.1f} s "
-                        f"({self.connection.describe()}): {self.redact(exc)}") from None
+                        f"({self.connection.describe()}): {self.redact(exc)}", sqlstate) from None
                 if connecting:  # wrong password, unknown database...: retrying cannot help
                     self.close()
                     raise SinkConnectionError(f"cannot connect to Postgres ({self.connection.describe()}): "
-                                              f"{self.redact(exc)}") from None
+                                              f"{self.redact(exc)}", sqlstate) from None
                 if kind is Failure.CONFLICT:
                     raise SinkError(f"flush to {self.description} still hit a {kind.value} after {attempt + 1} "
-                                    f"attempts: {self.redact(exc)}") from None
+                                    f"attempts: {self.redact(exc)}", sqlstate) from None
                 if batch is not None and kind in (Failure.ROW, Failure.TIMEOUT):
                     budget = time.monotonic() - began if kind is Failure.TIMEOUT else None
                     raise self._diagnosis.explain(self.conn, batch, exc, budget) from None
-                raise SinkError(f"{what} on {self.description} failed (not retried): {self.redact(exc)}") from None
+                raise SinkError(f"{what} on {self.description} failed (not retried): {self.redact(exc)}",
+                                sqlstate) from None
 
     def redact(self, exc: object) -> str:
         secret = getattr(self.connection, "password", None)
