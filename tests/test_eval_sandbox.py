@@ -7,6 +7,7 @@ the answer folder, no process of the sandbox user left, the host listener never 
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import sys
@@ -204,3 +205,50 @@ def test_a_spark_batch_survives_an_answer_that_exits_or_hangs(tmp_path):
     assert verdicts[0] == (True, "") and verdicts[3] == (True, ""), verdicts
     assert not verdicts[1][0] and verdicts[1][1].startswith("crash: start_foreach: the answer's process ended"), verdicts
     assert verdicts[2] == (False, "time limit: start_foreach: the answer did not finish within 20 s"), verdicts
+
+
+def _clone_under(parent: Path) -> Path:
+    """A copy of this checkout's tracked files (as they are in the work tree) at ``parent``, with a ``.venv``
+    that is a symbolic link to this checkout's (no second download of pyspark)."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    for rel in filter(None, (f.decode() for f in files)):
+        src = REPO / rel
+        if src.is_file():
+            dst = parent / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    venv = REPO / ".venv"
+    (parent / ".venv").symlink_to(venv.resolve() if venv.exists() else Path(sys.prefix), target_is_directory=True)
+    return parent
+
+
+@pytest.mark.postgres
+def test_a_checkout_under_tmp_in_a_folder_with_a_space_grades_answers_in_the_sandbox():
+    """The sandbox hides /tmp behind a tmpfs: a checkout there (and its .venv) must still be bound in, read-only."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rtm-clone-", dir="/tmp") as tmp:
+        clone = _clone_under(Path(tmp) / "a clone")
+        answers = Path(tmp) / "answers"
+        for name in ("route-plain-postgres", "num-task-slots"):
+            shutil.copytree(REPO / "evals" / "answers" / "reference" / name, answers / name)
+        proc = subprocess.run([str(clone / ".venv" / "bin" / "python"), str(clone / "scripts" / "skills.py"), "eval",
+                               "grade", str(answers), "--tasks", "route-plain-postgres,num-task-slots",
+                               "--format", "json"], cwd=clone, capture_output=True, text=True, timeout=300,
+                              env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        report = json.loads(proc.stdout)
+        assert report["summary"] == {"tasks": 2, "passed": 2, "errors": 0, "pass_rate": 1.0}, report
+        run = next(t for t in report["tasks"] if t["name"] == "route-plain-postgres")
+        assert len(run["checks"]) == 4 and run["passed"]  # its last check ran the answer against Postgres
+
+
+def test_bind_back_keeps_only_outermost_paths_under_the_masked_folders():
+    cmd = sandbox._bind_back(["/tmp/a b/repo", "/tmp/a b/repo/.venv", "/usr/lib/python3", "/tmp", "/root/.pyenv/v"],
+                             ("/tmp", "/root"))
+    binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind"]
+    assert binds == ["/tmp/a b/repo", "/root/.pyenv/v"]
+    assert ["--perms", "0755", "--dir", "/tmp/a b"] == cmd[:4]

@@ -26,6 +26,7 @@ from skillcheck.evals.grade import CATEGORIES, Context, grade_task, load_tasks, 
 SCRIPT = REPO / "scripts" / "skills.py"
 ANSWERS = REPO / "evals" / "answers"
 FAKE_AGENT = REPO / "tests" / "eval_fixtures" / "fake_agent.py"
+TRANSCRIPTS = REPO / "tests" / "eval_fixtures" / "transcripts"
 TASKS = load_tasks()
 BY_NAME = {t["name"]: t for t in TASKS["evals"]}
 
@@ -35,9 +36,15 @@ def _kinds(task):
                                                                      for c in task["checks"]) else set())
 
 
+#: Production drivers whose known-wrong answers take tens of seconds on a loaded machine (a row-at-a-time writer).
+SLOW_DRIVERS = {"throughput", "latency"}
+
+
 def _marks(task):
     kinds = _kinds(task)
     marks = []
+    if any(c.get("driver") in SLOW_DRIVERS for c in task["checks"]) and "spark" not in kinds:
+        marks.append(pytest.mark.slow)
     if "spark" in kinds:
         marks += [pytest.mark.spark, pytest.mark.slow]
     if "run" in kinds:
@@ -234,49 +241,67 @@ RUN_TASKS = "route-batch-delta,route-plain-postgres,num-task-slots,num-connectio
 
 
 def test_eval_run_with_a_fake_agent_runs_trials_of_both_arms_and_compares(tmp_path):
-    env = dict(os.environ, FAKE_AGENT_SKIP="explain-foreach-lag", FAKE_AGENT_NO_NOTES="num-task-slots")
+    env = dict(os.environ, FAKE_AGENT_SKIP="explain-foreach-lag", FAKE_AGENT_NO_NOTES="num-task-slots",
+               FAKE_AGENT_TRANSCRIPT=str(TRANSCRIPTS / "claude-stream.jsonl"))
     agent = f"{sys.executable} {FAKE_AGENT} {{prompt_file}} {{answer_dir}}"
     out = tmp_path / "out"
     proc = run_cli("eval", "run", "--agent", agent, "--tasks", RUN_TASKS, "--trials", "2", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads((out / "_report" / "comparison.json").read_text())
-    rows = {t["name"]: t for t in result["per_task"]}
-    assert set(rows) == set(RUN_TASKS.split(","))
-    assert all(t["with_skill"] == {"passed": 2, "trials": 2, "rate": 1.0} for t in rows.values())
-    assert all(t["without_skill"]["passed"] == 0 and t["difference"] == 1.0 for t in rows.values())
-    assert result["paired_test"] == {"test": "McNemar exact (two-sided binomial on discordant (task, trial) pairs)",
-                                     "pairs": 10, "with_skill_only": 10, "without_skill_only": 0,
-                                     "p_value": round(2 / 2 ** 10, 6)}
-    # The fake assistant writes NOTES.md citing SKILL.md except for num-task-slots: those answers never opened it.
-    assert result["skill_read"]["read"] == 8 and result["skill_read"]["never_opened"] == ["1/num-task-slots", "2/num-task-slots"]
-    assert rows["num-task-slots"]["with_skill_answers_that_never_read_the_skill"] == 2
+    both = json.loads((out / "_report" / "comparison.json").read_text())
+    assert sorted(both["conditions"]) == ["local", "search-only"]
+    for condition, result in both["conditions"].items():
+        rows = {t["name"]: t for t in result["per_task"]}
+        assert set(rows) == set(RUN_TASKS.split(","))
+        assert all(t["with_skill"] == {"passed": 2, "trials": 2, "rate": 1.0} for t in rows.values())
+        assert all(t["without_skill"]["passed"] == 0 and t["difference"] == 1.0 for t in rows.values())
+        assert all(t["evidence"] == "evidence" for t in rows.values()) and result["regression_guards"] == []
+        assert result["paired_test"] == {"test": "McNemar exact (two-sided binomial on discordant (task, trial) pairs)",
+                                         "pairs": 10, "with_skill_only": 10, "without_skill_only": 0,
+                                         "p_value": round(2 / 2 ** 10, 6)}
+        assert result["evidence_tasks"]["paired_test"] == result["paired_test"]
+        # The fake assistant writes NOTES.md citing SKILL.md except for num-task-slots: those answers never opened it.
+        assert result["skill_read"]["read"] == 8
+        assert result["skill_read"]["never_opened"] == ["1/num-task-slots", "2/num-task-slots"]
+        assert rows["num-task-slots"]["with_skill_answers_that_never_read_the_skill"] == 2
+        # Effort: every job timed; tool calls, turns and tokens parsed from the client's stream-json output.
+        for arm in ("with-skill", "without-skill"):
+            e = result["effort"][arm]
+            assert e["jobs"] == 10 and e["wall_seconds"]["jobs"] == 10 and e["wall_seconds"]["median"] >= 0
+            assert e["tool_calls"] == {"jobs": 10, "median": 3, "total": 30}
+            assert e["turns"]["median"] == 4 and e["input_tokens"]["median"] == 6000
+        assert (out / "prompts" / condition / "with-skill" / "2" / "num-task-slots.md").is_file()
+        assert (out / "_report" / condition / "without-skill" / "1" / "report.json").is_file()
+        record = json.loads((out / "_effort" / condition / "with-skill" / "1" / "num-task-slots.json").read_text())
+        assert record["client"] == "claude-code stream-json" and record["exit"] == 0
     md = (out / "_report" / "comparison.md").read_text()
-    assert "| num-task-slots | numbers | 2/2 | 0/2 | +100 pts | 2 |" in md and "p = 0.001953" in md
-    assert (out / "prompts" / "with-skill" / "2" / "num-task-slots.md").is_file()
-    assert (out / "_report" / "without-skill" / "1" / "report.json").is_file()
-    assert "[eval] with-skill trial 1 1/20 route-batch-delta" in proc.stderr  # progress on stderr
-
+    assert "## Condition `local`" in md and "## Condition `search-only`" in md
+    assert "| num-task-slots | numbers | 2/2 | 0/2 | +100 pts | evidence | 2 |" in md and "p = 0.001953" in md
+    assert "| tool calls | 3 (10 jobs) | 3 (10 jobs) |" in md
+    assert "[eval] local with-skill trial 1 1/40 route-batch-delta" in proc.stderr  # progress on stderr
+    assert "[eval] search-only with-skill trial 1 21/40 route-batch-delta" in proc.stderr
 
 
 def test_eval_grade_resume_keeps_reports_of_unchanged_trials_and_regrades_changed_ones(tmp_path):
     agent = f"{sys.executable} {FAKE_AGENT} {{prompt_file}} {{answer_dir}}"
     out = tmp_path / "out"
     tasks = "num-task-slots,route-plain-postgres"
-    proc = run_cli("eval", "run", "--agent", agent, "--tasks", tasks, "--trials", "2", "--out", str(out))
+    proc = run_cli("eval", "run", "--agent", agent, "--tasks", tasks, "--trials", "2", "--out", str(out),
+                   "--conditions", "local")
     assert proc.returncode == 0, proc.stderr
     # Trial 2 of the with-skill arm gets a wrong answer after its report was written: only it is graded again.
-    (out / "with-skill" / "2" / "num-task-slots" / "answer.json").write_text('{"source_tasks": 1, "required_slots": 1, "workers": 1}')
+    (out / "local" / "with-skill" / "2" / "num-task-slots" / "answer.json").write_text('{"source_tasks": 1, "required_slots": 1, "workers": 1}')
     proc = run_cli("eval", "grade", str(out), "--tasks", tasks, "--resume")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("reusing") == 3 and "grading with-skill trial 2" in proc.stderr
-    rows = {t["name"]: t for t in json.loads((out / "_report" / "comparison.json").read_text())["per_task"]}
+    assert proc.stderr.count("reusing") == 3 and "grading local with-skill trial 2" in proc.stderr
+    rows = {t["name"]: t for t in json.loads((out / "_report" / "comparison.json").read_text())
+            ["conditions"]["local"]["per_task"]}
     assert rows["num-task-slots"]["with_skill"]["passed"] == 1  # the regraded trial fails, the kept one passes
     # A report from other graders (another evals.json, grader or checker) is not reused.
-    report = out / "_report" / "without-skill" / "1" / "report.json"
+    report = out / "_report" / "local" / "without-skill" / "1" / "report.json"
     data = json.loads(report.read_text())
     report.write_text(json.dumps(dict(data, grader="0" * 16)))
     proc = run_cli("eval", "grade", str(out), "--tasks", tasks, "--resume")
-    assert proc.stderr.count("reusing") == 3 and "grading without-skill trial 1" in proc.stderr
+    assert proc.stderr.count("reusing") == 3 and "grading local without-skill trial 1" in proc.stderr
     # Without --resume every trial is graded again.
     proc = run_cli("eval", "grade", str(out), "--tasks", tasks)
     assert "reusing" not in proc.stderr and proc.stderr.count("grading ") >= 4
@@ -286,30 +311,70 @@ def test_eval_run_without_an_agent_prepares_prompt_folders_for_assistants(tmp_pa
     proc = run_cli("eval", "run", "--trials", "3", "--tasks", "num-task-slots,explain-e2e-latency", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     jobs = json.loads((out / "jobs.json").read_text())
-    assert len(jobs) == 2 * 3 * 2
+    assert len(jobs) == 2 * 2 * 3 * 2  # conditions x arms x trials x tasks
     skill = out / "skill" / "spark-rtm-lakebase"
     assert (skill / "SKILL.md").is_file() and not (skill / "evals").exists()
     assert not os.access(skill / "SKILL.md", os.W_OK) or os.geteuid() == 0
     assert (skill / "SKILL.md").stat().st_mode & 0o222 == 0  # read-only
-    with_prompt = (out / "prompts" / "with-skill" / "3" / "num-task-slots.md").read_text()
-    without_prompt = (out / "prompts" / "without-skill" / "3" / "num-task-slots.md").read_text()
+    prompts = out / "prompts"
+    with_prompt = (prompts / "local" / "with-skill" / "3" / "num-task-slots.md").read_text()
+    without_prompt = (prompts / "local" / "without-skill" / "3" / "num-task-slots.md").read_text()
+    search_prompt = (prompts / "search-only" / "without-skill" / "3" / "num-task-slots.md").read_text()
     assert str(skill.resolve()) in with_prompt and "An agent skill is installed" in with_prompt
     assert "spark-rtm-lakebase" not in without_prompt and "An agent skill" not in without_prompt
-    assert str((out / "without-skill" / "3" / "num-task-slots").resolve()) in without_prompt
+    assert str((out / "local" / "without-skill" / "3" / "num-task-slots").resolve()) in without_prompt
+    assert "pyspark 4.3.0" in with_prompt and "no PySpark, no Java, no Postgres" in search_prompt
+    assert "no PySpark" not in with_prompt
     assert "NOTES.md" in with_prompt and "NOTES.md" in without_prompt
     assert "mktemp -d" in with_prompt and "mktemp -d" in without_prompt  # no fixed paths or ports between sessions
-    # Answers dropped into the folders are graded by eval grade on the run folder.
+    # Answers dropped into the folders are graded by eval grade on the run folder, per condition.
+    import shutil
+
     for arm, src in (("with-skill", ANSWERS / "reference" / "num-task-slots"),
                      ("without-skill", ANSWERS / "wrong" / "num-task-slots" / "forgot-repartition")):
         for trial in "123":
-            import shutil
-
-            shutil.copy(src / "answer.json", out / arm / trial / "num-task-slots" / "answer.json")
+            shutil.copy(src / "answer.json", out / "local" / arm / trial / "num-task-slots" / "answer.json")
     proc = run_cli("eval", "grade", str(out), "--skill-commit", "abc1234")
     assert proc.returncode == 0, proc.stderr
-    assert "| num-task-slots | numbers | 3/3 | 0/3 | +100 pts | 3 |" in proc.stdout
-    assert "| explain-e2e-latency | explanation | 0/3 | 0/3 | +0 pts | 3 |" in proc.stdout
-    assert "Skill graded at commit `abc1234`." in proc.stdout and "p = 0.25" in proc.stdout
+    local = proc.stdout.split("## Condition `search-only`")[0]
+    assert "| num-task-slots | numbers | 3/3 | 0/3 | +100 pts | evidence | 3 |" in local
+    assert "| explain-e2e-latency | explanation | 0/3 | 0/3 | +0 pts | evidence | 3 |" in local
+    assert "Skill graded at commit `abc1234`." in proc.stdout and "p = 0.25" in local
+    assert "| num-task-slots | numbers | 0/3 | 0/3 |" in proc.stdout.split("## Condition `search-only`")[1]
+
+
+def test_a_task_both_arms_always_pass_is_a_regression_guard_and_left_out_of_the_evidence():
+    from skillcheck.evals.trials import compare_trials
+
+    def report(trial, passes):
+        return {"trial": trial, "tasks": [{"name": n, "category": "code", "passed": p} for n, p in passes.items()]}
+
+    w = [report(t, {"guard": True, "helps": True, "flat": False}) for t in "123"]
+    wo = [report(t, {"guard": True, "helps": t == "1", "flat": False}) for t in "123"]
+    result = compare_trials({"with-skill": w, "without-skill": wo}, {})
+    labels = {t["name"]: t["evidence"] for t in result["per_task"]}
+    assert labels == {"guard": "regression guard", "helps": "evidence", "flat": "evidence"}
+    assert result["regression_guards"] == ["guard"]
+    e = result["evidence_tasks"]
+    assert e["names"] == ["flat", "helps"] and e["with_skill"] == {"passed": 3, "answers": 6}
+    assert e["without_skill"] == {"passed": 1, "answers": 6} and e["paired_test"]["with_skill_only"] == 2
+    assert result["overall"]["with_skill_rate"] == round(6 / 9, 3)
+
+
+@pytest.mark.parametrize("fixture, want", [
+    ("claude-json.json", {"client": "claude-code json", "tool_calls": None, "turns": 7, "input_tokens": 48510,
+                          "output_tokens": 2310, "cached_input_tokens": 47300}),
+    ("claude-stream.jsonl", {"client": "claude-code stream-json", "tool_calls": 3, "turns": 4, "input_tokens": 6000,
+                             "output_tokens": 852, "cached_input_tokens": 1200}),
+    ("codex-exec.jsonl", {"client": "codex exec --json", "tool_calls": 4, "turns": 2, "input_tokens": 25763,
+                          "output_tokens": 130, "cached_input_tokens": 24448}),
+])
+def test_effort_is_parsed_from_recorded_client_transcripts(fixture, want):
+    from skillcheck.evals.effort import job_effort, parse_transcript
+
+    assert parse_transcript((TRANSCRIPTS / fixture).read_text()) == want
+    assert job_effort(12.34, (TRANSCRIPTS / fixture).read_text())["wall_seconds"] == 12.3
+    assert parse_transcript("Wrote solution.py.\n") == {} and job_effort(1, "")["tool_calls"] is None
 
 
 def test_eval_run_without_the_assistant_installed_stops_with_a_message(tmp_path):
@@ -328,9 +393,9 @@ def test_eval_run_with_an_assistant_that_cannot_log_in_stops_with_a_message(tmp_
     assert "nothing was graded" in proc.stderr
 
 
-def test_eval_run_needs_both_placeholders(tmp_path):
-    proc = run_cli("eval", "run", "--agent", "true {prompt_file}", "--tasks", "num-task-slots", "--out", str(tmp_path / "o"))
-    assert proc.returncode == 2 and "must contain {prompt_file} and {answer_dir}" in proc.stderr
+def test_eval_run_needs_the_prompt_placeholder(tmp_path):
+    proc = run_cli("eval", "run", "--agent", "true {answer_dir}", "--tasks", "num-task-slots", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "must contain {prompt_file}" in proc.stderr
 
 
 def test_installed_skill_has_the_pack_but_no_answers(tmp_path):
@@ -395,3 +460,52 @@ def test_scope_blanking_keeps_positions_and_drops_only_comments_docstrings_and_n
     assert 'x = "é"' in code and 'return trigger(realTime="5 seconds")' in code
     assert [len(line) for line in code.splitlines()] == [len(line) for line in without.splitlines()]
     assert _without_functions("def (:\n", "x") == "def (:\n"  # unparseable: unchanged
+
+
+def test_the_committed_evidence_of_the_recorded_run_is_what_the_script_computes_from_its_reports():
+    """README's headline (generated block eval-evidence) renders evidence.json; evidence.json is recomputed here
+    from the committed per-trial reports, so no figure of it is typed by hand."""
+    from skillcheck.evals.evidence import compute, markdown_block
+
+    run = REPO / "evals" / "results" / "2026-11-25" / "run"
+    committed = json.loads((run / "_report" / "evidence.json").read_text())
+    fresh = compute(run)
+    assert fresh["conditions"] == committed["conditions"]
+    local = fresh["conditions"]["local"]
+    assert len(local["regression_guards"]) + local["evidence_tasks"]["tasks"] == len(local["tasks"]) == 28
+    assert all(t["evidence"] == "regression guard" for t in local["tasks"] if t["name"] in local["regression_guards"])
+    assert all(t["with_skill"] == t["without_skill"] == t["trials"] for t in local["tasks"]
+               if t["evidence"] == "regression guard")
+    assert markdown_block(committed).strip() in (REPO / "README.md").read_text()
+
+
+def test_a_run_folder_without_conditions_is_graded_as_the_local_condition(tmp_path):
+    """The 2026-11-25 layout (RUN/<arm>/<trial>/<task>/) still grades; its comparison is condition local."""
+    import shutil
+
+    run = tmp_path / "run"
+    for arm, src in (("with-skill", ANSWERS / "reference" / "num-task-slots"),
+                     ("without-skill", ANSWERS / "wrong" / "num-task-slots" / "forgot-repartition")):
+        shutil.copytree(src, run / arm / "1" / "num-task-slots", ignore=shutil.ignore_patterns("EXPECTED_FAILURE"))
+    effort = run / "_effort" / "with-skill" / "1" / "num-task-slots.json"
+    effort.parent.mkdir(parents=True)
+    effort.write_text('{"wall_seconds": 42, "tool_calls": 5, "client": "session (self-reported)"}')
+    proc = run_cli("eval", "grade", str(run))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((run / "_report" / "comparison.json").read_text())["conditions"]["local"]
+    assert result["per_task"][0]["with_skill"]["passed"] == 1 and result["per_task"][0]["evidence"] == "evidence"
+    assert result["effort"]["with-skill"]["wall_seconds"] == {"jobs": 1, "median": 42, "total": 42}
+    assert result["effort"]["without-skill"]["jobs"] == 0
+    assert (run / "_report" / "with-skill" / "1" / "report.json").is_file()
+
+
+def test_the_recorded_calibration_of_the_measuring_graders_separates_reference_from_wrong():
+    """evals/results/calibration/measuring-graders.json (skills.py eval calibrate): the bounds were chosen from
+    it; every reference and unusual answer passed and every known-wrong one failed at the measuring check."""
+    data = json.loads((REPO / "evals" / "results" / "calibration" / "measuring-graders.json").read_text())
+    assert set(data["tasks"]) == {"prod-throughput-floor", "prod-rtm-latency-p99"}
+    for name, variants in data["tasks"].items():
+        labels = {c.get("label", c["kind"]) for c in BY_NAME[name]["checks"]}
+        for label, v in variants.items():
+            assert v["check"] in labels and v["measured"], (name, label, v)
+            assert v["passed"] is (not label.startswith("wrong/")), (name, label, v)

@@ -62,8 +62,8 @@ GENERATORS: dict[str, Generator] = {
     "support-matrix": Generator("pack_lab/support_matrix.py", "markdown_block",
                                 "tests/data/support_matrix_results.json"),
     "sink-outcomes": Generator("pack_lab/outcome_doc.py", "markdown_table", "rtm_lakebase/sink/outcomes.json"),
-    "eval-comparison": Generator("scripts/skillcheck/evals/trials.py", "readme_table",
-                                 "evals/results/2026-11-25/run/_report/comparison.json"),
+    "eval-evidence": Generator("scripts/skillcheck/evals/evidence.py", "markdown_block",
+                               "evals/results/2026-11-25/run/_report/evidence.json"),
 }
 
 MARKER_RE = re.compile(r"^[ \t]{0,3}<!--[ \t]*(?P<end>/)?generated:(?P<name>[^\s>]*)[ \t]*-->[ \t]*$")

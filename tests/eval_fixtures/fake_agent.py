@@ -5,7 +5,9 @@ With the skill installed in $HOME it writes the task's reference answer; without
 it, the first known-wrong answer (or nothing, for tasks listed in FAKE_AGENT_SKIP).
 With the skill it writes NOTES.md citing SKILL.md (not for tasks in FAKE_AGENT_NO_NOTES).
 It also proves the prompt names the answer folder and that the installed skill
-carries no reference answers (exit 3 otherwise).
+carries no reference answers (exit 3 otherwise). In the search-only condition it proves
+``java`` is blocked (exit 4 otherwise). With FAKE_AGENT_TRANSCRIPT it prints that file (a
+client's JSON output) to standard output, as a real client would.
 """
 
 import os
@@ -27,6 +29,15 @@ def main() -> int:
     if (installed / "evals").exists():
         print("the installed skill holds evals/ (reference answers leak)", file=sys.stderr)
         return 3
+    if "no PySpark, no Java, no Postgres" in prompt_file.read_text(encoding="utf-8"):
+        import subprocess
+
+        java = shutil.which("java")
+        if java and subprocess.run([java, "-version"], capture_output=True).returncode != 127:
+            print("search-only condition but java runs", file=sys.stderr)
+            return 4
+    if os.environ.get("FAKE_AGENT_TRANSCRIPT"):
+        sys.stdout.write(Path(os.environ["FAKE_AGENT_TRANSCRIPT"]).read_text(encoding="utf-8"))
     if os.environ.get("FAKE_AGENT_FAIL"):
         print("error: not logged in", file=sys.stderr)
         return 1

@@ -10,9 +10,10 @@ HELP = "grade eval answers (eval grade DIR), or run an assistant with and withou
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run}")
+    sub = parser.add_subparsers(dest="eval_command", required=True, metavar="{grade,run,evidence,calibrate}")
     g = sub.add_parser("grade", help="grade a folder of answers (DIR/<task name>/) against evals/evals.json")
-    g.add_argument("dir", help="folder holding one sub-folder per task, or a run folder <arm>/<trial>/<task>/")
+    g.add_argument("dir", help="folder holding one sub-folder per task, or a run folder "
+                                "[<condition>/]<arm>/<trial>/<task>/")
     g.add_argument("--skill-commit", help="the commit of the skill the answers were made with (written into the comparison)")
     g.add_argument("--resume", action="store_true",
                    help="run folder: keep a trial's report when no answer file changed since it was written")
@@ -23,7 +24,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         '\\"$(cat {prompt_file})\\""; it runs with HOME set to a temporary home and the answer folder as cwd')
     r.add_argument("--timeout", type=float, default=900.0, help="seconds per task and agent run (default 900)")
     r.add_argument("--trials", type=int, default=1, help="trials per arm and task (default 1)")
+    r.add_argument("--conditions", default="local,search-only",
+                   help="what the assistant has: local (PySpark + Postgres), search-only (search and a plain "
+                        "Python); comma-separated (default: both)")
     _common(r)
+    e = sub.add_parser("evidence", help="label a graded run's tasks (evidence or regression guard) and write "
+                                        "RUN/_report/evidence.json from its per-trial reports")
+    e.add_argument("dir", help="a graded run folder (RUN/_report/[<condition>/]<arm>/<trial>/report.json)")
+    c = sub.add_parser("calibrate", help="grade the reference and known-wrong answers of the measuring tasks and "
+                                         "record what each grader measured (JSON)")
+    _common(c)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,6 +53,15 @@ def run(args: argparse.Namespace) -> int:
     from ..evals.grade import EVALS_FILE, EvalsFileError, load_tasks
     from . import UsageError
 
+    if args.eval_command == "evidence":
+        from ..evals.evidence import markdown_block, write
+
+        if not (Path(args.dir) / "_report").is_dir():
+            raise UsageError(f"{args.dir}: not a graded run folder (no _report/)")
+        path = write(Path(args.dir))
+        print(markdown_block(json.loads(path.read_text(encoding="utf-8"))) + f"\nwritten: {path}")
+        return 0
+
     try:
         tasks = load_tasks(Path(args.evals) if args.evals else EVALS_FILE)
     except EvalsFileError as exc:
@@ -53,15 +72,24 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"unknown task(s): {', '.join(unknown)}")
 
+    if args.eval_command == "calibrate":
+        from ..evals.calibrate import MEASURING, write
+
+        if not args.out:
+            raise UsageError("eval calibrate needs --out FILE (the JSON to write)")
+        data = write(tasks, only or list(MEASURING), Path(args.out), log=_log)
+        print(json.dumps(data, indent=2) if args.format == "json" else f"written: {args.out}")
+        return 0
+
     if args.eval_command == "grade":
         from ..evals.grade import grade_dir, markdown, write_reports
         from ..evals.run import grade_run
-        from ..evals.trials import is_trial_layout, markdown_table
+        from ..evals.trials import condition_folders, markdown_table
 
         folder = Path(args.dir)
         if not folder.is_dir():
             raise UsageError(f"{args.dir}: not a folder of answers")
-        if is_trial_layout(folder):
+        if condition_folders(folder):
             result = grade_run(folder, tasks, only, log=_log, skill_commit=args.skill_commit, resume=args.resume)
             print(json.dumps(result, indent=2) if args.format == "json" else
                   markdown_table(result, args.skill_commit) + f"\nreports: {' '.join(result['files'])}")
@@ -72,20 +100,25 @@ def run(args: argparse.Namespace) -> int:
         return 0 if report["summary"]["passed"] == report["summary"]["tasks"] else 1
 
     from ..evals.run import AgentUnavailable, run_trials
-    from ..evals.trials import markdown_table
+    from ..evals.trials import CONDITIONS, markdown_table
 
+    conditions = tuple(c.strip() for c in args.conditions.split(",") if c.strip())
+    if not conditions or set(conditions) - set(CONDITIONS):
+        raise UsageError(f"--conditions: each one of {', '.join(CONDITIONS)}")
     if not args.out:
         raise UsageError("eval run needs --out DIR (the run folder: skill, prompts, answers, reports)")
     if args.trials < 1:
         raise UsageError("--trials must be at least 1")
     try:
-        result = run_trials(args.agent, tasks, only, args.trials, Path(args.out), timeout=args.timeout, log=_log)
+        result = run_trials(args.agent, tasks, only, args.trials, Path(args.out), timeout=args.timeout, log=_log,
+                             conditions=conditions)
     except AgentUnavailable as exc:
         print(f"skills.py eval run: {exc}", file=sys.stderr)
         return 2
     if result.get("prepared"):
-        print(f"prepared {result['jobs']} prompts in {result['out']}/prompts/<arm>/<trial>/<task>.md; answers go to "
-              f"{result['out']}/<arm>/<trial>/<task>/; the packaged skill is {result['skill_dir']}.\n"
+        print(f"prepared {result['jobs']} prompts in {result['out']}/prompts/<condition>/<arm>/<trial>/<task>.md "
+              f"(conditions: {', '.join(result['conditions'])}); answers go to "
+              f"{result['out']}/<condition>/<arm>/<trial>/<task>/; the packaged skill is {result['skill_dir']}.\n"
               f"Then: scripts/skills.py eval grade {result['out']}")
         return 0
     print(json.dumps(result, indent=2) if args.format == "json" else markdown_table(result))

@@ -341,7 +341,18 @@ def _numbers_match(data: dict, want: dict, tol: float) -> Outcome:
     return Outcome("numbers", True)
 
 
+def key(answer: Answer, spec: dict) -> Outcome:
+    """A structured answer file compared with an answer key of :mod:`keys` (dated facts, the pack's calculators)."""
+    from .keys import KEYS
+
+    data = answer.json(spec["file"])
+    if not isinstance(data, dict):
+        return Outcome("key", False, f"{spec['file']} missing or not a JSON object")
+    mismatch = KEYS[spec["key"]](data)
+    return Outcome("key", mismatch is None, mismatch or "")
+
+
 STATIC: dict[str, Callable[[Answer, dict], Outcome]] = {
     "interface": interface, "rules": rules, "chain": chain, "absent": absent, "present": present,
-    "rubric": rubric, "numbers": numbers,
+    "rubric": rubric, "numbers": numbers, "key": key,
 }

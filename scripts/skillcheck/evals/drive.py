@@ -104,6 +104,33 @@ def _epoch(make_writer: Callable[[], Any], partition: int, epoch: int, rows: lis
     writer.close(None)
 
 
+def restart_inside_epoch(make: Callable[[], Any], server: Any, partition: int, epoch: int, rows: list,
+                         expect: Callable[[str], None]) -> None:
+    """Postgres restarts halfway through a task's rows. A writer that reports success must have written every
+    row; one that fails is retried as Spark would; either way ``expect`` checks the table afterwards."""
+    writer = pickle.loads(pickle.dumps(make()))
+    if not writer.open(partition, epoch):
+        raise CheckFailed(f"open({partition}, {epoch}) returned a falsy value: Spark would skip these rows silently")
+    failed = None
+    try:
+        for r in rows[:len(rows) // 2]:
+            writer.process(r)
+        server.restart()
+        for r in rows[len(rows) // 2:]:
+            writer.process(r)
+    except Exception as exc:
+        failed = exc
+    try:
+        writer.close(failed)
+    except Exception as exc:
+        failed = failed or exc
+    if failed is None:
+        expect("a Postgres restart inside an epoch (the writer reported success, so every row must be there)")
+    else:
+        _epoch(make, partition, epoch, rows)  # Spark retries the task
+        expect("a Postgres restart inside an epoch and the retried task")
+
+
 def sink(answer_dir: Path, _dsn: str = "") -> None:
     """``EventsWriter(dsn, table)``: replays, older versions, reordering, hostile values, a restart, a closed port."""
     sys.path.insert(0, str(_ROOT))
@@ -180,29 +207,8 @@ def sink(answer_dir: Path, _dsn: str = "") -> None:
         # A restart of Postgres in the middle of an epoch: the task fails (or the rows still land), and the
         # retried task writes everything.
         batch = [_row(id=f"r{i}", version=1, payload=f"r{i}") for i in range(20)]
-        writer = pickle.loads(pickle.dumps(make()))
-        if not writer.open(0, 5):
-            raise CheckFailed("open() returned a falsy value")
-        failed = None
-        try:
-            for r in batch[:10]:
-                writer.process(r)
-            server.restart()
-            for r in batch[10:]:
-                writer.process(r)
-        except Exception as exc:
-            failed = exc
-        try:
-            writer.close(failed)
-        except Exception as exc:
-            failed = failed or exc
-        if failed is None:
-            expected.update({r["id"]: (1, r["payload"]) for r in batch})
-            expect("a Postgres restart inside an epoch (the writer reported success, so every row must be there)")
-        else:
-            _epoch(make, 0, 5, batch)  # Spark retries the task
-            expected.update({r["id"]: (1, r["payload"]) for r in batch})
-            expect("a Postgres restart and the retried task")
+        expected.update({r["id"]: (1, r["payload"]) for r in batch})
+        restart_inside_epoch(make, server, 0, 5, batch, expect)
 
     # A closed port: the task must fail, quickly, not report success.
     port = free_port()
@@ -267,6 +273,13 @@ def slot_fix(answer_dir: Path, _dsn: str = "") -> None:
 CHILD_DRIVERS: dict[str, Callable] = {"pg_upsert": pg_upsert, "sink": sink, "slot_fix": slot_fix}
 
 
+def _production_drivers() -> dict[str, Callable]:
+    from . import prod
+
+    return {"types": prod.types, "bad_rows": prod.bad_rows, "connection_cap": prod.connection_cap,
+            "throughput": prod.throughput, "ledger": prod.ledger}
+
+
 def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD_TIMEOUT) -> tuple[bool, str]:
     """Run driver ``name`` on ``answer_dir`` in the sandbox; ``(passed, evidence)``.
 
@@ -276,7 +289,7 @@ def run_child(name: str, answer_dir: Path, dsn: str = "", timeout: float = CHILD
     from .sandbox import ANSWER_MOUNT, Limits, check_sandbox, named_reason, run_isolated
 
     check_sandbox()
-    spark = name in SPARK_DRIVERS
+    spark = name in SPARK_DRIVERS or name in MORE_SPARK_DRIVERS
     limits = Limits(seconds=timeout, address_bytes=None if spark else Limits.address_bytes)
     env = {"PYTHONPATH": os.pathsep.join((str(_ROOT / "scripts"), str(_ROOT)))}
     argv = [sys.executable, "-m", "skillcheck.evals.drive", name, ANSWER_MOUNT]
@@ -403,8 +416,8 @@ def _batch_main(argv: list[str], token: str) -> int:
         sys.stdout.flush()
         signal.alarm(per_job)
         try:
-            SPARK_DRIVERS[name](answer_dir, spark, Path(tempfile.mkdtemp(prefix="rtm-evals-")))
-            verdict = {"passed": True, "evidence": ""}
+            measured = _spark_driver(name)(answer_dir, spark, Path(tempfile.mkdtemp(prefix="rtm-evals-")))
+            verdict = {"passed": True, "evidence": measured if isinstance(measured, str) else ""}
         except _JobTimeout:
             verdict = {"passed": False, "evidence": f"time limit: {name}: the answer did not finish within {per_job} s"}
         except BaseException as exc:
@@ -421,9 +434,9 @@ def _batch_main(argv: list[str], token: str) -> int:
 
 
 def _failure(exc: BaseException, answer_dir: Path) -> dict:
-    if isinstance(exc, CheckFailed):
+    if isinstance(exc, CheckFailed) or type(exc).__name__ == "CheckFailed":  # also from a driver module (prod)
         return {"passed": False, "evidence": str(exc)}
-    if isinstance(exc, GraderUnavailable):
+    if isinstance(exc, GraderUnavailable) or type(exc).__name__ == "GraderUnavailable":
         return {"passed": False, "evidence": f"grader could not run: {exc}", "error": True}
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(answer_dir) in f.filename]
     where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
@@ -432,22 +445,32 @@ def _failure(exc: BaseException, answer_dir: Path) -> dict:
 
 def _child_main(argv: list[str], token: str) -> int:
     name, answer_dir = argv[0], Path(argv[1])
+    measured = None
     try:
-        if name in SPARK_DRIVERS:
+        if name in SPARK_DRIVERS or name in MORE_SPARK_DRIVERS:
             spark = _child_session()
             workdir = Path(tempfile.mkdtemp(prefix="rtm-evals-"))
-            SPARK_DRIVERS[name](answer_dir, spark, workdir)
+            measured = _spark_driver(name)(answer_dir, spark, workdir)
         else:
             dsn = ""
             if name in POSTGRES_DRIVERS:
                 dsn = _child_postgres()
-            CHILD_DRIVERS[name](answer_dir, dsn)
-        verdict = {"passed": True, "evidence": ""}
+            drivers = {**CHILD_DRIVERS, **_production_drivers()}
+            measured = drivers[name](answer_dir, dsn)  # a measuring driver returns what it measured
+        verdict = {"passed": True, "evidence": measured if isinstance(measured, str) else ""}
     except CheckFailed as exc:
         verdict = {"passed": False, "evidence": str(exc)}
     except GraderUnavailable as exc:
         verdict = {"passed": False, "evidence": f"grader could not run: {exc}", "error": True}
     except BaseException as exc:  # the answer raised where it must not, or failed to import
+        if type(exc).__name__ in ("CheckFailed", "GraderUnavailable"):  # raised by a driver module (prod) that
+            # imported this module under its package name, not as __main__: the same verdicts
+            error = type(exc).__name__ == "GraderUnavailable"
+            verdict = {"passed": False, "evidence": f"grader could not run: {exc}" if error else str(exc),
+                       **({"error": True} if error else {})}
+            sys.stdout.write("\n" + json.dumps({"token": token, **verdict}) + "\n")
+            sys.stdout.flush()
+            os._exit(0)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(answer_dir) in f.filename]
         where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         verdict = {"passed": False, "evidence": f"{type(exc).__name__}{where}: {str(exc)[:300]}"}
@@ -477,11 +500,22 @@ def _child_session():
         from pack_lab.rtm_lab import build_session
 
         log = Path(tempfile.gettempdir()) / "spark-jvm.log"
-        jars = None
-        with contextlib.suppress(Exception):  # the JVM sink's jars, when set-up built them (the JVM-sink task)
+        jars: list[str] = []
+        # The JVM sink's and the fast foreach path's jars (answers may use them), and the lab's rate source (the
+        # latency task's stream), each when set-up built it.
+        with contextlib.suppress(Exception):
             from rtm_lakebase.jvm import jvm_sink_jars
 
-            jars = jvm_sink_jars()
+            jars += jvm_sink_jars()
+        with contextlib.suppress(Exception):
+            from rtm_lakebase.foreach import foreach_jars
+
+            jars += foreach_jars()
+        with contextlib.suppress(Exception):
+            from pack_lab.rate_source import rate_source_jars
+
+            jars += rate_source_jars()
+        jars = jars or None
         return build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals", jvm_log=str(log),
                              driver_memory="1g", jars=jars)
     except Exception as exc:
@@ -923,6 +957,18 @@ SPARK_DRIVERS: dict[str, Callable] = {"broadcast_enrich": broadcast_enrich, "ded
                                       "start_foreach": start_foreach, "start_slots": start_slots,
                                       "start_native": start_native, "databricks_split": databricks_split,
                                       "start_jvm_sink": start_jvm_sink}
+
+
+def _spark_driver(name: str) -> Callable:
+    if name in SPARK_DRIVERS:
+        return SPARK_DRIVERS[name]
+    from . import prod
+
+    return {"latency": prod.latency, "checkpoint_switch": prod.checkpoint_switch}[name]
+
+
+#: Spark drivers defined in other modules (looked up by :func:`_spark_driver`).
+MORE_SPARK_DRIVERS = ("latency", "checkpoint_switch")
 
 
 def _read_token() -> str:

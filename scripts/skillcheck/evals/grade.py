@@ -22,7 +22,7 @@ from .checks import STATIC, Answer, Outcome
 
 ROOT = Path(__file__).resolve().parents[3]
 EVALS_FILE = ROOT / "evals" / "evals.json"
-CATEGORIES = ("routing", "code", "numbers", "explanation")
+CATEGORIES = ("routing", "code", "numbers", "explanation", "production", "platform")
 
 
 class EvalsFileError(Exception):

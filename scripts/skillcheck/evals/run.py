@@ -26,7 +26,7 @@ from pathlib import Path
 from .grade import ROOT, Context, grade_dir, grader_fingerprint, write_reports
 
 SKILL_HOMES = (".claude/skills", ".agents/skills", ".codex/skills")
-from .trials import ARMS
+from .trials import ARMS, CONDITIONS
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
 
@@ -73,9 +73,9 @@ def _fill(template: str, prompt_file: Path, answer_dir: Path) -> str:
 
 
 def check_agent(template: str) -> None:
-    if "{prompt_file}" not in template or "{answer_dir}" not in template:
-        raise AgentUnavailable("--agent must contain {prompt_file} and {answer_dir}, e.g. "
-                               "--agent \"mytool --prompt-file {prompt_file} --out {answer_dir}\"")
+    if "{prompt_file}" not in template:  # {answer_dir} is optional: the command runs in the answer folder
+        raise AgentUnavailable("--agent must contain {prompt_file} (and may contain {answer_dir}; it runs in the "
+                               "answer folder), e.g. --agent \"mytool --prompt-file {prompt_file} --out {answer_dir}\"")
     try:
         words = shlex.split(template)
     except ValueError as exc:
@@ -93,16 +93,17 @@ SHARED_MACHINE = ("Other sessions share this machine: if you start a server to t
                   "or port, and stop it when you are done.")
 
 
-def arm_prompt(task: dict, answer_dir: Path, arm: str, skill_dir: Path | None) -> str:
-    text = prompt_text(task, answer_dir)
+def arm_prompt(task: dict, answer_dir: Path, arm: str, skill_dir: Path | None, condition: str = "local") -> str:
+    text = prompt_text(task, answer_dir) + "\n" + CONDITIONS[condition] + "\n"
     if arm == ARMS[0] and skill_dir is not None:
         text += (f"\nAn agent skill is installed at {skill_dir} (read-only): its SKILL.md says when it applies "
                  "and what to read.\n")
     return text + "\n" + SHARED_MACHINE + "\n\n" + NOTES + "\n"
 
 
-def prepare(out: Path, tasks: list[dict], trials: int, skill_name: str) -> dict:
-    """Write the run folder: the packaged skill, one prompt per (arm, trial, task), empty answer folders."""
+def prepare(out: Path, tasks: list[dict], trials: int, skill_name: str,
+            conditions: tuple[str, ...] = tuple(CONDITIONS)) -> dict:
+    """Write the run folder: the packaged skill, one prompt per (condition, arm, trial, task), empty answer folders."""
     from ..package import build_package
 
     skill_dir = out / "skill" / skill_name
@@ -113,42 +114,84 @@ def prepare(out: Path, tasks: list[dict], trials: int, skill_name: str) -> dict:
         for p in [skill_dir, *skill_dir.rglob("*")]:  # read-only for the assistant
             p.chmod(0o555 if p.is_dir() else 0o444)
     jobs = []
-    for arm in ARMS:
-        for trial in range(1, trials + 1):
-            for task in tasks:
-                answer_dir = (out / arm / str(trial) / task["name"]).resolve()
-                answer_dir.mkdir(parents=True, exist_ok=True)
-                prompt_file = out / "prompts" / arm / str(trial) / f"{task['name']}.md"
-                prompt_file.parent.mkdir(parents=True, exist_ok=True)
-                prompt_file.write_text(arm_prompt(task, answer_dir, arm, skill_dir.resolve()), encoding="utf-8")
-                jobs.append({"arm": arm, "trial": trial, "task": task["name"], "prompt": str(prompt_file),
-                             "answer_dir": str(answer_dir)})
+    for condition in conditions:
+        for arm in ARMS:
+            for trial in range(1, trials + 1):
+                for task in tasks:
+                    answer_dir = (out / condition / arm / str(trial) / task["name"]).resolve()
+                    answer_dir.mkdir(parents=True, exist_ok=True)
+                    prompt_file = out / "prompts" / condition / arm / str(trial) / f"{task['name']}.md"
+                    prompt_file.parent.mkdir(parents=True, exist_ok=True)
+                    prompt_file.write_text(arm_prompt(task, answer_dir, arm, skill_dir.resolve(), condition),
+                                           encoding="utf-8")
+                    jobs.append({"condition": condition, "arm": arm, "trial": trial, "task": task["name"],
+                                 "prompt": str(prompt_file), "answer_dir": str(answer_dir)})
     (out / "jobs.json").write_text(json.dumps(jobs, indent=1) + "\n", encoding="utf-8")
     return {"skill_dir": skill_dir, "jobs": jobs}
 
 
-def run_agent(template: str, job: dict, home: Path, timeout: float) -> tuple[int | None, str]:
-    env = dict(os.environ, HOME=str(home))
+#: Tools the ``search-only`` condition takes away from an assistant run by ``eval run --agent`` (shims on PATH
+#: that fail with a message); ``python``/``python3`` become the base interpreter without site-packages.
+SEARCH_ONLY_BLOCKED = ("java", "javac", "spark-submit", "pyspark", "spark-shell", "initdb", "pg_ctl", "postgres",
+                       "psql", "pg_ctlcluster", "docker", "podman")
+
+
+def condition_env(condition: str, base: dict[str, str], shims: Path) -> dict[str, str]:
+    """The environment of an assistant in ``condition``: ``search-only`` drops the Spark, Java and Postgres
+    variables and puts shims first on PATH (best effort: a client may still find a binary by its full path)."""
+    env = dict(base)
+    if condition != "search-only":
+        return env
+    for key in ("JAVA_HOME", "SPARK_HOME", "PG_BIN", "PG_DSN", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                "VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(key, None)
+    if not shims.is_dir():
+        shims.mkdir(parents=True)
+        for name in SEARCH_ONLY_BLOCKED:
+            (shims / name).write_text(f"#!/bin/sh\necho '{name}: not available in the search-only condition' >&2\n"
+                                      "exit 127\n", encoding="utf-8")
+        import sys
+
+        base_python = Path(sys.base_prefix) / "bin" / "python3"
+        for name in ("python", "python3"):
+            (shims / name).write_text(f'#!/bin/sh\nexec "{base_python}" -s "$@"\n', encoding="utf-8")
+        for f in shims.iterdir():
+            f.chmod(0o755)
+    env["PATH"] = os.pathsep.join((str(shims), *(p for p in env.get("PATH", "").split(os.pathsep)
+                                                  if "/.venv/" not in p + "/")))
+    return env
+
+
+def run_agent(template: str, job: dict, home: Path, timeout: float, env: dict[str, str] | None = None
+              ) -> tuple[int | None, str, str]:
+    """Run one job: ``(exit code or None on timeout, stderr, stdout)``."""
+    env = dict(env if env is not None else os.environ, HOME=str(home))
     env.pop("PYTHONPATH", None)
     answer_dir, prompt_file = Path(job["answer_dir"]), Path(job["prompt"])
     try:
         proc = subprocess.run(_fill(template, prompt_file, answer_dir), shell=True, cwd=answer_dir, env=env,
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        return proc.returncode, proc.stderr
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout:.0f} s"
+        return proc.returncode, proc.stderr, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return None, f"timed out after {timeout:.0f} s", out
 
 
 def run_trials(template: str | None, tasks: dict, only: list[str] | None, trials: int, out: Path,
-               timeout: float = 900.0, log: Callable[[str], None] = lambda _m: None) -> dict:
-    """Prepare the run folder; with an assistant command, run every job and grade both arms."""
+               timeout: float = 900.0, log: Callable[[str], None] = lambda _m: None,
+               conditions: tuple[str, ...] = tuple(CONDITIONS)) -> dict:
+    """Prepare the run folder; with an assistant command, run every job (timed, its output kept for the effort
+    figures) and grade both arms in every condition."""
+    from .effort import effort_file, job_effort
+
     if template is not None:
         check_agent(template)
     selected = [t for t in tasks["evals"] if not only or t["name"] in only]
     out.mkdir(parents=True, exist_ok=True)
-    prep = prepare(out, selected, trials, tasks["skill_name"])
+    prep = prepare(out, selected, trials, tasks["skill_name"], conditions)
     if template is None:
-        return {"prepared": True, "out": str(out), "jobs": len(prep["jobs"]), "skill_dir": str(prep["skill_dir"])}
+        return {"prepared": True, "out": str(out), "jobs": len(prep["jobs"]), "skill_dir": str(prep["skill_dir"]),
+                "conditions": list(conditions)}
     homes = {}
     for arm in ARMS:
         home = out / "_homes" / arm
@@ -161,13 +204,21 @@ def run_trials(template: str | None, tasks: dict, only: list[str] | None, trials
         homes[arm] = home
     for k, job in enumerate(prep["jobs"], 1):
         started = time.monotonic()
-        code, err = run_agent(template, job, homes[job["arm"]], timeout)
-        logfile = out / "_logs" / job["arm"] / str(job["trial"]) / f"{job['task']}.log"
+        env = condition_env(job["condition"], dict(os.environ), out / "_shims" / job["condition"])
+        code, err, stdout = run_agent(template, job, homes[job["arm"]], timeout, env)
+        seconds = time.monotonic() - started
+        rel = Path(job["condition"]) / job["arm"] / str(job["trial"])
+        logfile = out / "_logs" / rel / f"{job['task']}.log"
         logfile.parent.mkdir(parents=True, exist_ok=True)
         logfile.write_text(f"exit {code}\n{err}", encoding="utf-8")
+        (out / "_logs" / rel / f"{job['task']}.stdout").write_text(stdout, encoding="utf-8")
+        record = dict(job_effort(seconds, stdout), exit=code)
+        efile = effort_file(out, job["condition"], job["arm"], str(job["trial"]), job["task"])
+        efile.parent.mkdir(parents=True, exist_ok=True)
+        efile.write_text(json.dumps(record) + "\n", encoding="utf-8")
         wrote = any(Path(job["answer_dir"]).iterdir())
-        log(f"{job['arm']} trial {job['trial']} {k}/{len(prep['jobs'])} {job['task']}: exit {code}, "
-            f"{'files written' if wrote else 'no files'}, {time.monotonic() - started:.0f} s")
+        log(f"{job['condition']} {job['arm']} trial {job['trial']} {k}/{len(prep['jobs'])} {job['task']}: "
+            f"exit {code}, {'files written' if wrote else 'no files'}, {seconds:.0f} s")
         if k == 1 and code != 0 and not wrote:
             tail = (err or "").strip().splitlines()[-1:] or ["no error output"]
             raise AgentUnavailable(
@@ -193,42 +244,52 @@ def _reusable_report(report_dir: Path, trial_dir: Path, only: list[str], grader:
 
 def grade_run(folder: Path, tasks: dict, only: list[str] | None = None, log: Callable[[str], None] = lambda _m: None,
               skill_commit: str | None = None, resume: bool = False) -> dict:
-    """Grade every ``<arm>/<trial>/`` folder; write per-trial reports and the comparison (JSON + Markdown).
+    """Grade every ``[<condition>/]<arm>/<trial>/`` folder; write per-trial reports and, per condition, the
+    comparison (JSON + Markdown): ``{"conditions": {condition: comparison}}``.
 
     ``resume``: a trial whose report is newer than all its answer files and covers the same tasks is not
     graded again (a long run graded trial by trial as the assistants finish).
     """
+    from .effort import read_effort
     from .trials import ARMS as T_ARMS
-    from .trials import compare_trials, skill_read, trial_folders, write_comparison
+    from .trials import LEGACY_CONDITION, compare_trials, condition_folders, skill_read, trial_folders, write_comparison
 
-    reports: dict[str, list[dict]] = {}
-    read: dict[str, dict] = {}
-    if only is None:  # the tasks the run folder holds answer folders for
-        present = {p.name for dirs in trial_folders(folder).values() for d in dirs for p in d.iterdir() if p.is_dir()}
-        only = [t["name"] for t in tasks["evals"] if t["name"] in present]
+    results: dict[str, dict] = {}
     ctx = Context(log=log)
     try:
-        for arm, trial_dirs in trial_folders(folder).items():
-            reports[arm] = []
-            for tdir in trial_dirs:
-                report_dir = folder / "_report" / arm / tdir.name
-                r = _reusable_report(report_dir, tdir, only, grader_fingerprint(tasks)) if resume else None
-                if r is not None:
-                    log(f"{arm} trial {tdir.name}: reusing {report_dir / 'report.json'} (no answer changed since)")
-                    r["trial"] = tdir.name  # a report written by `eval grade <trial folder> --out <report_dir>`
-                else:
-                    log(f"grading {arm} trial {tdir.name}")
-                    r = grade_dir(tdir, tasks, only, ctx=ctx, log=log)
-                    r["trial"] = tdir.name
-                    write_reports(r, report_dir)
-                reports[arm].append(r)
-                if arm == T_ARMS[0]:
-                    read[arm] = read.get(arm, {})
-                    for t in r["tasks"]:
-                        read[arm][(t["name"], tdir.name)] = skill_read(tdir / t["name"])
+        for condition, cfolder in condition_folders(folder).items():
+            reports: dict[str, list[dict]] = {}
+            read: dict[str, dict] = {}
+            names = only
+            if names is None:  # the tasks the run folder holds answer folders for
+                present = {p.name for dirs in trial_folders(cfolder).values() for d in dirs for p in d.iterdir()
+                           if p.is_dir()}
+                names = [t["name"] for t in tasks["evals"] if t["name"] in present]
+            report_base = folder / "_report" / condition if condition else folder / "_report"
+            label = f"{condition} " if condition else ""
+            for arm, trial_dirs in trial_folders(cfolder).items():
+                reports[arm] = []
+                for tdir in trial_dirs:
+                    report_dir = report_base / arm / tdir.name
+                    r = _reusable_report(report_dir, tdir, names, grader_fingerprint(tasks)) if resume else None
+                    if r is not None:
+                        log(f"{label}{arm} trial {tdir.name}: reusing {report_dir / 'report.json'} (no answer changed since)")
+                        r["trial"] = tdir.name  # a report written by `eval grade <trial folder> --out <report_dir>`
+                    else:
+                        log(f"grading {label}{arm} trial {tdir.name}")
+                        r = grade_dir(tdir, tasks, names, ctx=ctx, log=log)
+                        r["trial"] = tdir.name
+                        write_reports(r, report_dir)
+                    reports[arm].append(r)
+                    if arm == T_ARMS[0]:
+                        read[arm] = read.get(arm, {})
+                        for t in r["tasks"]:
+                            read[arm][(t["name"], tdir.name)] = skill_read(tdir / t["name"])
+            effort = {arm: read_effort(folder, condition, arm) for arm in T_ARMS}
+            results[condition or LEGACY_CONDITION] = compare_trials(reports, read, effort)
     finally:
         ctx.close()
-    result = compare_trials(reports, read)
-    j, m = write_comparison(result, folder / "_report", skill_commit)
-    result["files"] = [str(j), str(m)]
-    return result
+    combined = {"conditions": results}
+    j, m = write_comparison(combined, folder / "_report", skill_commit)
+    combined["files"] = [str(j), str(m)]
+    return combined

@@ -95,17 +95,53 @@ def _preexec(limits: Limits):
     return apply
 
 
-def _root_masks() -> list[str]:
-    """Run as root: hide /root (mode 700, unreadable to ``nobody``) behind an empty tmpfs and bind back, read-only,
-    only the interpreter's installation when it lives there (pyenv)."""
-    cmd = ["--perms", "0755", "--tmpfs", "/root"]
-    for path in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}):
-        if path.startswith("/root/"):
-            parts = Path(path).parts
-            for i in range(3, len(parts)):  # bwrap would create the folders on the way with mode 0700
-                cmd += ["--perms", "0755", "--dir", str(Path(*parts[:i]))]
-            cmd += ["--ro-bind", path, path]
+#: Folders the sandbox replaces with a tmpfs (``/root`` only as root): whatever of the grader's own installation
+#: lives under one of them is bound back read-only (:func:`_bind_back`).
+MASKED = ("/tmp", "/dev/shm", "/root")
+
+
+def _own_paths() -> list[str]:
+    """What a graded answer's driver needs to see: the pack's checkout, the interpreter (the venv and the base
+    Python it links to, as named and resolved), its import path, and the tools named by environment variables."""
+    root = Path(__file__).resolve().parents[3]
+    candidates = [str(root), sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
+                  *(p for p in sys.path if p),
+                  *(os.environ[k] for k in ("JAVA_HOME", "SPARK_HOME", "PG_BIN") if os.environ.get(k))]
+    out: set[str] = set()
+    for c in candidates:
+        for path in (os.path.abspath(c), os.path.realpath(c)):
+            if os.path.isdir(path):
+                out.add(path)
+    return sorted(out)
+
+
+def _bind_back(paths: list[str], masked: tuple[str, ...]) -> list[str]:
+    """bwrap arguments binding back, read-only and at the same path, each of ``paths`` that lies under one of the
+    ``masked`` folders (a checkout under /tmp, a pyenv under /root): outermost paths only, parents created 0755
+    (bwrap would create them 0700, unreadable to the sandbox user)."""
+    under = sorted({p for p in paths if any(p == m or p.startswith(m + "/") for m in masked)}, key=len)
+    chosen: list[str] = []
+    for p in under:
+        if p in masked or any(p.startswith(c.rstrip("/") + "/") for c in chosen):
+            continue
+        chosen.append(p)
+    cmd: list[str] = []
+    made: set[str] = set()
+    for path in chosen:
+        parts = Path(path).parts
+        for i in range(3, len(parts)):
+            parent = str(Path(*parts[:i]))
+            if parent not in made and parent not in (ANSWER_MOUNT, "/tmp/home", "/tmp/work"):
+                made.add(parent)
+                cmd += ["--perms", "0755", "--dir", parent]
+        cmd += ["--ro-bind", path, path]
     return cmd
+
+
+def _root_masks() -> list[str]:
+    """Run as root: hide /root (mode 700, unreadable to ``nobody``) behind an empty tmpfs; what the grader needs
+    from there is bound back by :func:`_bind_back`."""
+    return ["--perms", "0755", "--tmpfs", "/root"]
 
 
 ANSWER_MOUNT = "/tmp/answer"
@@ -177,6 +213,9 @@ def _run(argv: list[str], staged: Path | None, stage: Path, limits: Limits,
         # Root's processes ignore RLIMIT_NPROC: bwrap keeps only the capabilities to drop to ``nobody``, and
         # setpriv does so inside before anything of the answer runs (no user namespace needed as root).
         cmd += [*_root_masks(), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    # The checkout, its venv and the base Python stay visible wherever they live (under /tmp, /root, a path with
+    # spaces): bound back read-only over the tmpfs that hides the rest of that folder.
+    cmd += _bind_back(_own_paths(), MASKED if as_root else MASKED[:2])
     base_env = {"HOME": "/tmp/home", "TMPDIR": "/tmp", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
     for key in ("JAVA_HOME", "SPARK_HOME", "PG_BIN"):
