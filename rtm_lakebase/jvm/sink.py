@@ -38,6 +38,8 @@ WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
 #: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
 JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
+#: The failure-outcome table both sinks read; the build stores it in the jar.
+OUTCOMES_FILE = JVM_DIR.parent / "sink" / "outcomes.json"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
 JAR_ENV = "RTM_JVM_SINK_JAR"
 #: The Postgres JDBC driver: ``$PG_JDBC_JAR``, else Debian's ``libpostgresql-jdbc-java`` copy.
@@ -69,10 +71,12 @@ def jvm_sink_jars() -> list[str]:
 
 
 def _sources_sha() -> str:
-    """The hash the build records: every ``.java`` file beside the writer, concatenated in name order."""
+    """The hash the build records: every ``.java`` file beside the writer in name order, then the outcome table."""
     digest = hashlib.sha256()
     for path in sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name.encode()):
         digest.update(path.read_bytes())
+    if OUTCOMES_FILE.is_file():
+        digest.update(OUTCOMES_FILE.read_bytes())
     return digest.hexdigest()
 
 
@@ -88,7 +92,7 @@ def _writer_jar() -> Path:
         recorded = stamp.read_text().strip() if stamp.is_file() else None
         if current and recorded != current:
             raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name} (or another .java "
-                                     f"file beside it): {BUILD_HINT}")
+                                     f"file beside it, or {OUTCOMES_FILE.name}): {BUILD_HINT}")
     return jar
 
 

@@ -84,6 +84,9 @@ def test_stale_jar_is_refused_until_rebuilt(monkeypatch, tmp_path):
     monkeypatch.delenv("RTM_JVM_SINK_JAR", raising=False)
     monkeypatch.setattr(jvm_sink, "DEFAULT_JAR", jar)
     monkeypatch.setattr(jvm_sink, "SOURCE_FILE", source)
+    outcomes = tmp_path / "outcomes.json"  # the outcome table is in the jar, so it counts too
+    outcomes.write_text("{}")
+    monkeypatch.setattr(jvm_sink, "OUTCOMES_FILE", outcomes)
     monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "postgresql.jar")
     (tmp_path / "postgresql.jar").write_bytes(b"PK")
     monkeypatch.delenv("PG_JDBC_JAR", raising=False)
@@ -91,6 +94,9 @@ def test_stale_jar_is_refused_until_rebuilt(monkeypatch, tmp_path):
     with pytest.raises(JvmSinkUnavailable, match="older than PostgresForeachWriter.java"):
         jvm_sink_jars()
     jar.with_suffix(".sha256").write_text(hashlib.sha256(source.read_bytes()).hexdigest())
+    with pytest.raises(JvmSinkUnavailable, match="older than"):
+        jvm_sink_jars()
+    jar.with_suffix(".sha256").write_text(hashlib.sha256(source.read_bytes() + b"{}").hexdigest())
     assert jvm_sink_jars() == [str(jar), str(tmp_path / "postgresql.jar")]
 
 
