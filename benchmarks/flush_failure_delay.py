@@ -73,7 +73,7 @@ def measure(spark, conn, dsn: str, sink: str, trigger: str, checkpoint_root: str
     checkpoint = f"{checkpoint_root}/{table}"
     if sink == "jvm":
         query = start_jvm_sink_query(source.dataframe(), dsn=dsn, table=table, checkpoint_location=checkpoint,
-                                     trigger={"realTime": trigger}, batchinterval_ms=20, max_retries=0)
+                                     trigger={"realTime": trigger}, max_dwell_ms=20, max_retries=0)
     elif sink == "python-fast":
         writer = PostgresForeachWriter(dsn, SinkSettings(table=table, max_dwell_ms=20, max_retries=0))
         query = start_foreach_query(source.dataframe(), writer, checkpoint_location=checkpoint,

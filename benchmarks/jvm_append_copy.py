@@ -81,8 +81,8 @@ def run_once(spark, path: str, source: str, schema, dsn: str, table: str, checkp
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP TABLE IF EXISTS "{table}"')
             conn.execute(f'CREATE TABLE "{table}" (id bigint, version bigint, name text)')
-        writer = build_jvm_writer(spark, dsn=dsn, table=table, mode="append", batchsize=batchsize,
-                                  batchinterval_ms=100, append_copy=path == "copy")
+        writer = build_jvm_writer(spark, dsn=dsn, table=table, mode="append", max_batch_rows=batchsize,
+                                  max_dwell_ms=100, append_copy=path == "copy")
         stream._jwrite = stream._jwrite.foreach(writer)
     started = time.perf_counter()
     query = stream.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()

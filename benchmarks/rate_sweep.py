@@ -136,8 +136,8 @@ def start_query(path: str, df, dsn: str, table: str, checkpoint: str, trigger: s
     if path == "rtm-jvm":
         from rtm_lakebase.jvm.sink import start_jvm_sink_query
 
-        return start_jvm_sink_query(df, dsn=dsn, table=table, upsertkey="id", mode="upsert",
-                                    batchsize=batch_rows, batchinterval_ms=dwell_ms,
+        return start_jvm_sink_query(df, dsn=dsn, table=table, key_columns=("id",), mode="upsert",
+                                    max_batch_rows=batch_rows, max_dwell_ms=dwell_ms,
                                     checkpoint_location=checkpoint, trigger={"realTime": trigger},
                                     query_name=name)
     from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings

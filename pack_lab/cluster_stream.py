@@ -189,8 +189,8 @@ class PathRun:
             from rtm_lakebase.jvm import start_jvm_sink_query
 
             self.query = start_jvm_sink_query(
-                df, dsn=settings, table=self.table, upsertkey="id", checkpoint_location=self.checkpoint,
-                trigger={"realTime": f"{self.trigger_s} seconds"}, query_name=name, batchinterval_ms=20)
+                df, dsn=settings, table=self.table, key_columns=("id",), checkpoint_location=self.checkpoint,
+                trigger={"realTime": f"{self.trigger_s} seconds"}, query_name=name, max_dwell_ms=20)
         else:
             from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 

@@ -162,9 +162,9 @@ def start_query(path: str, events, dsn: str, table: str, checkpoint: str, option
         from rtm_lakebase.jvm.sink import start_jvm_sink_query
 
         return start_jvm_sink_query(
-            events, dsn=dsn, table=table, upsertkey="event_id", mode="upsert",
-            version_column="seq", batchsize=options.max_batch_rows,
-            batchinterval_ms=options.max_dwell_ms, checkpoint_location=checkpoint,
+            events, dsn=dsn, table=table, key_columns=("event_id",), mode="upsert",
+            version_column="seq", max_batch_rows=options.max_batch_rows,
+            max_dwell_ms=options.max_dwell_ms, checkpoint_location=checkpoint,
             trigger={"realTime": options.trigger}, query_name=name)
     trigger = ({"realTime": options.trigger} if path in ("rtm-python", "rtm-fast-foreach")
                else {"processingTime": "0 seconds"})

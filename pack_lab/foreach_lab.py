@@ -234,7 +234,7 @@ def run_all(work: str) -> dict[str, Any]:
         for path in PATHS:
             out[path] = {
                 "deliver": deliver_all(spark, path, work, [1, 300, 1, 1200], trickle=2 if path == "fast" else 0,
-                                       **({"max_batch_rows": 7} if path == "fast" else {})),
+                                       **({"worker_batch_rows": 7} if path == "fast" else {})),
                 "raise": failing_query(spark, path, work, raise_on=7),
                 "kill": failing_query(spark, path, work, kill_on=5),
             }

@@ -70,11 +70,20 @@ def test_spark_connect_is_refused_in_one_line():
     assert "Spark Connect" in message and "PySparkAttributeError" in message
 
 
-@pytest.mark.parametrize("bad", [{"max_batch_rows": 0}, {"max_batch_bytes": 0}, {"max_batch_rows": True},
-                                 {"max_batch_rows": 2**31}])
+@pytest.mark.parametrize("bad", [{"worker_batch_rows": 0}, {"worker_batch_bytes": 0}, {"worker_batch_rows": True},
+                                 {"worker_batch_rows": 2**31}])
 def test_bad_caps_are_value_errors(bad):
-    with pytest.raises(ValueError, match="max_batch"):
+    with pytest.raises(ValueError, match=next(iter(bad))):
         ff.build_jvm_writer(_ConnectLikeDataFrame(), print, **bad)
+
+
+@pytest.mark.parametrize("old, new", [("max_batch_rows", "worker_batch_rows"), ("max_batch_bytes", "worker_batch_bytes")])
+def test_old_cap_names_still_work_with_a_warning(old, new):
+    """max_batch_rows here meant the batch sent to the worker; in SinkSettings it is the flush size: renamed."""
+    with pytest.warns(FutureWarning, match=f"{old}=.*{new}="), pytest.raises(ValueError, match=new):
+        ff.build_jvm_writer(_ConnectLikeDataFrame(), print, **{old: 0})
+    with pytest.raises(TypeError, match="not both"):
+        ff.build_jvm_writer(_ConnectLikeDataFrame(), print, **{old: 5, new: 6})
 
 
 def test_trigger_needs_exactly_one_entry():

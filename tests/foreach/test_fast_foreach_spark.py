@@ -29,7 +29,7 @@ def test_a_slow_stream_reaches_process_row_by_row_inside_one_epoch(fast_spark, t
     assert len(set(result["trickle_epochs"])) == 1, result["trickle_epochs"]
 
 
-@pytest.mark.parametrize("caps", [{}, {"max_batch_rows": 7}, {"max_batch_rows": 1}, {"max_batch_bytes": 1}],
+@pytest.mark.parametrize("caps", [{}, {"worker_batch_rows": 7}, {"worker_batch_rows": 1}, {"worker_batch_bytes": 1}],
                          ids=["defaults", "rows7", "rows1", "bytes1"])
 def test_no_row_is_dropped_or_sent_twice(fast_spark, tmp_path, caps):
     """Bursts and single rows, under each batch cap: every row reaches process() exactly once."""
@@ -40,7 +40,7 @@ def test_no_row_is_dropped_or_sent_twice(fast_spark, tmp_path, caps):
 
 def test_micro_batch_trigger_delivers_every_row_once(fast_spark, tmp_path):
     result = lab.deliver_all(fast_spark, "fast", str(tmp_path), [1, 400, 3],
-                             trigger={"processingTime": "0 seconds"}, max_batch_rows=50)
+                             trigger={"processingTime": "0 seconds"}, worker_batch_rows=50)
     assert result["ids"] == list(range(result["sent"]))
 
 

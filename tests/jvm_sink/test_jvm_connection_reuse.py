@@ -38,7 +38,7 @@ def test_micro_batches_reuse_one_connection_and_replace_a_dead_one(jvm_spark, pg
     opened0, reused0, _ = _counters(spark)
     query = start_jvm_sink_query(source.dataframe(), dsn=f"{pg_dsn} application_name={app}", table=table_name,
                                  checkpoint_location=checkpoint, trigger={"processingTime": "0 seconds"},
-                                 batchinterval_ms=20)
+                                 max_dwell_ms=20)
     try:
         def count():
             return pg_conn.execute(f'SELECT count(*) FROM "{table_name}"').fetchone()[0]
@@ -71,7 +71,7 @@ def _run_batches(spark, pg_dsn, pg_conn, table_name, checkpoint, app, max_age_s,
     source = RealTimeMemorySource(spark, "id BIGINT, version BIGINT, name STRING", num_partitions=1)
     query = start_jvm_sink_query(source.dataframe(), dsn=f"{pg_dsn} application_name={app}", table=table_name,
                                  checkpoint_location=checkpoint, trigger={"processingTime": "0 seconds"},
-                                 batchinterval_ms=20, connection_max_age_s=max_age_s)
+                                 max_dwell_ms=20, connection_max_age_s=max_age_s)
     pids = []
     try:
         def count():

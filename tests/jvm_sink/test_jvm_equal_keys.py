@@ -66,8 +66,8 @@ def _python_sink(spark, pg_dsn, table, rows, mode):
 
 
 def _jvm_sink(spark, pg_dsn, table, rows, mode):
-    writer = build_jvm_writer(spark, dsn=pg_dsn, table=table, mode=mode, upsertkey="k", batchsize=100,
-                              batchinterval_ms=60_000)
+    writer = build_jvm_writer(spark, dsn=pg_dsn, table=table, mode=mode, key_columns=("k",), max_batch_rows=100,
+                              max_dwell_ms=60_000)
     write_rows(writer, [java_row(spark, "k STRING, payload STRING", list(r)) for r in rows])
 
 

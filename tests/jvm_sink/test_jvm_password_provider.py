@@ -99,7 +99,7 @@ def test_the_provider_gives_the_password_at_connect_and_at_reconnect(provider_lo
     jvm.java.lang.System.setProperty("rtm.test.token", TOKEN_1)
     admin = _admin(auth_server)
     make_table(admin, table_name)
-    writer = build_jvm_writer(jvm_spark, dsn=_dsn(auth_server), table=table_name, batchinterval_ms=10,
+    writer = build_jvm_writer(jvm_spark, dsn=_dsn(auth_server), table=table_name, max_dwell_ms=10,
                               password_provider_class="rtm_test.PropertyProvider")
     calls = jvm.java.lang.Class.forName("rtm_test.PropertyProvider", True,
                                         jvm.java.lang.Thread.currentThread().getContextClassLoader())

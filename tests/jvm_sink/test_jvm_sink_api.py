@@ -65,7 +65,7 @@ def test_upsertkey_is_the_native_sinks_comma_list_with_quoted_hostile_names(name
 
 @pytest.mark.parametrize("bad", [[], [""], [1]])
 def test_upsertkey_refuses_empty_or_non_string_names(bad):
-    with pytest.raises(ValueError, match="upsertkey"):
+    with pytest.raises(ValueError, match="key_columns"):
         _format_key_list(bad)
 
 
@@ -152,11 +152,15 @@ def test_spark_connect_dataframe_is_refused_with_the_reason():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"mode": "merge"}, "mode must be one of"),
-    ({"batchsize": 0}, "batchsize"),
-    ({"batchinterval_ms": 0}, "batchinterval_ms"),
-    ({"batchinterval_ms": 1.5}, "batchinterval_ms"),
-    ({"mode": "append", "version_column": "v"}, "version_column only applies"),
-    ({"table": ""}, "table must not be empty"),
+    ({"max_batch_rows": 0}, "max_batch_rows"),
+    ({"max_dwell_ms": 0}, "max_dwell_ms"),
+    ({"max_dwell_ms": 1.5}, "max_dwell_ms"),
+    ({"mode": "append", "version_column": "v"}, "version_column"),
+    ({"mode": "append", "key_columns": ("id",)}, "key_columns"),
+    ({"table": ""}, "table"),
+    ({"table": "a.b.c"}, "table"),
+    ({"key_columns": "id"}, "key_columns"),
+    ({"connection_max_age_s": 1.5}, "connection_max_age_s"),
 ])
 def test_bad_settings_fail_before_touching_the_jvm(kwargs, match):
     options = {"dsn": "host=h dbname=d", "table": "t", **kwargs}
@@ -174,3 +178,56 @@ def test_trigger_must_be_one_keyword():
     with pytest.raises(ValueError, match="exactly one entry"):
         start_jvm_sink_query(object(), dsn="host=h dbname=d", table="t", checkpoint_location="/tmp/x",
                              trigger={"realTime": "5 seconds", "processingTime": "0 seconds"})
+
+
+@pytest.mark.parametrize("table, schema, dbtable, jschema", [
+    ("events", None, "events", None),
+    ("sales.events", None, "events", "sales"),
+    ("Sales.Events", None, "events", "sales"),               # unquoted: folded as SQL folds it
+    ('"My.Schema"."T"', None, "T", "My.Schema"),             # quoted: exact, dots and all
+    ('"Events"', None, '"Events"', None),                    # exact name without a schema: sent quoted
+    ('"a.b"', None, '"a.b"', None),
+    ('a"b', "s", 'a"b', "s"),                                # schema given: table is one exact name
+])
+def test_table_is_read_as_schema_dot_table_and_sent_parsed(table, schema, dbtable, jschema):
+    from rtm_lakebase.jvm.sink import jvm_options
+    from rtm_lakebase.sink import SinkSettings
+
+    options = jvm_options(SinkSettings(table=table, schema=schema))
+    assert options["dbtable"] == dbtable
+    assert options.get("schema") == jschema
+
+
+def test_every_knob_travels_under_its_jvm_option():
+    from rtm_lakebase.jvm.sink import JVM_OPTIONS, jvm_options
+    from rtm_lakebase.sink import SinkSettings
+
+    options = jvm_options(SinkSettings(table="s.t", key_columns=("a", "b,c"), version_column="v",
+                                       skip_unchanged=False, max_batch_rows=7, max_dwell_ms=9, max_retries=2,
+                                       backoff_initial_ms=3, backoff_max_ms=4, connection_max_age_s=5))
+    assert options == {"dbtable": "t", "schema": "s", "mode": "upsert", "upsertkey": 'a,"b,c"',
+                       "versioncolumn": "v", "skipunchanged": "false", "batchsize": "7",
+                       "batchinterval": "9 milliseconds", "maxretries": "2", "backoffinitialms": "3",
+                       "backoffmaxms": "4", "connectionmaxageseconds": "5"}
+    assert set(options) == set(JVM_OPTIONS.values())
+
+
+@pytest.mark.parametrize("old, value, new", [
+    ("upsertkey", "id", ("key_columns", ("id",))),
+    ("batchsize", 7, ("max_batch_rows", 7)),
+    ("batchinterval_ms", 9, ("max_dwell_ms", 9)),
+])
+def test_old_names_still_work_with_a_warning(monkeypatch, old, value, new):
+    seen = {}
+    monkeypatch.setattr(jvm_sink, "jvm_options", lambda s: seen.setdefault("settings", s) and {})
+    with pytest.warns(FutureWarning, match=f"{old}=.*{new[0]}="), pytest.raises(JvmSinkUnavailable):
+        build_jvm_writer(_fake_spark(_Package()), dsn="host=h dbname=d", table="t", **{old: value})
+    assert getattr(seen["settings"], new[0]) == new[1]
+
+
+def test_old_and_new_name_together_are_refused():
+    with pytest.raises(TypeError, match="not both"):
+        build_jvm_writer(_fake_spark(_Package()), dsn="host=h dbname=d", table="t", key_columns=("a",),
+                         upsertkey="b")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batch_size'"):
+        build_jvm_writer(_fake_spark(_Package()), dsn="host=h dbname=d", table="t", batch_size=3)

@@ -58,7 +58,7 @@ def wait_for_rows(conn, table, want, query, timeout=90.0, **kwargs):
 
 
 def start(source, dsn, table, checkpoint, trigger=REAL_TIME, **options):
-    options.setdefault("batchinterval_ms", 20)
+    options.setdefault("max_dwell_ms", 20)
     return start_jvm_sink_query(source.dataframe(), dsn=dsn, table=table, checkpoint_location=checkpoint,
                                 trigger=trigger, **options)
 
@@ -92,8 +92,8 @@ def row_versions(conn, table) -> dict[int, str]:
 def test_upsert_writes_exactly_the_expected_rows(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint, trigger):
     make_table(pg_conn, table_name)
     source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=2)
-    query = start(source, pg_dsn, table_name, checkpoint, trigger, upsertkey="id", version_column="version",
-                  batchsize=50)
+    query = start(source, pg_dsn, table_name, checkpoint, trigger, key_columns=("id",), version_column="version",
+                  max_batch_rows=50)
     try:
         rows = events(150, 3)
         source.add(rows[:200])
@@ -141,7 +141,7 @@ def test_insert_ignore_keeps_the_first_row_per_key(jvm_spark, pg_dsn, pg_conn, t
 def test_append_writes_every_row(jvm_spark, pg_dsn, pg_conn, table_name, checkpoint):
     make_table(pg_conn, table_name, key=())
     source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=2)
-    query = start(source, pg_dsn, table_name, checkpoint, REAL_TIME, mode="append", batchsize=7)
+    query = start(source, pg_dsn, table_name, checkpoint, REAL_TIME, mode="append", max_batch_rows=7)
     try:
         rows = [{"id": i % 5, "version": i, "name": f"r{i}"} for i in range(40)]
         source.add(rows)
@@ -156,7 +156,7 @@ def test_rows_of_a_flush_are_written_in_key_order(jvm_spark, pg_dsn, pg_conn, ta
     make_table(pg_conn, table_name)
     add_audit(pg_conn, table_name)
     source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
-    query = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, batchinterval_ms=60_000)
+    query = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, max_dwell_ms=60_000)
     try:
         source.add([{"id": k, "version": 1, "name": "x"} for k in (50, 7, 31, 2, 44, 19)])
         wait_for_rows(pg_conn, table_name, [(k, 1, "x") for k in (2, 7, 19, 31, 44, 50)], query)
@@ -173,7 +173,7 @@ def test_dwell_flush_writes_the_tail_with_no_further_rows(jvm_spark, pg_dsn, pg_
     """batchsize is never reached and no row follows: only the writer's timer can write these rows."""
     make_table(pg_conn, table_name)
     source = RealTimeMemorySource(jvm_spark, SCHEMA, num_partitions=1)
-    query = start(source, pg_dsn, table_name, checkpoint, LONG_BATCH, batchsize=1000, batchinterval_ms=200)
+    query = start(source, pg_dsn, table_name, checkpoint, LONG_BATCH, max_batch_rows=1000, max_dwell_ms=200)
     try:
         source.add([{"id": i, "version": 1, "name": "tail"} for i in range(3)])
         wait_for_rows(pg_conn, table_name, [(i, 1, "tail") for i in range(3)], query, timeout=60)
@@ -278,7 +278,7 @@ def test_hostile_identifiers_are_quoted(jvm_spark, pg_dsn, pg_conn, table_name, 
                                    StructField('na"me', StringType()),
                                    StructField("x; DELETE FROM pg_class", LongType())])
         source = RealTimeMemorySource(jvm_spark, spark_schema, num_partitions=1)
-        query = start(source, pg_dsn, table, checkpoint, MICRO_BATCH, schema=schema, upsertkey=["id", key2])
+        query = start(source, pg_dsn, table, checkpoint, MICRO_BATCH, schema=schema, key_columns=("id", key2))
         try:
             source.add([{"id": 1, key2: "a,b", 'na"me': "quoted", "x; DELETE FROM pg_class": 5},
                         {"id": 1, key2: "a,b", 'na"me': "again", "x; DELETE FROM pg_class": 6},
@@ -305,7 +305,7 @@ def test_bad_row_is_named_by_key_and_column_and_its_flush_is_not_written(
     make_table(pg_conn, table_name, {"id": "bigint", "version": "bigint NOT NULL", "name": "varchar(20)"})
     source = RealTimeMemorySource(jvm_spark, spark_schema, num_partitions=1)
     # A timer flush could split the micro-batch; with a long interval each micro-batch is one flush.
-    query = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, batchinterval_ms=60_000)
+    query = start(source, pg_dsn, table_name, checkpoint, MICRO_BATCH, max_dwell_ms=60_000)
     try:
         good = [{"id": i, "version": 1, "name": f"n{i}"} for i in range(5)]
         source.add(good)

@@ -37,7 +37,7 @@ def test_a_silent_connection_times_out_and_the_rows_still_land(jvm_spark, pg_dsn
         assert str(proxy.port) in dsn
         source = RealTimeMemorySource(jvm_spark, "id BIGINT, version BIGINT, name STRING", num_partitions=1)
         query = start_jvm_sink_query(source.dataframe(), dsn=dsn, table=table_name, checkpoint_location=checkpoint,
-                                     trigger={"realTime": "5 seconds"}, batchinterval_ms=20, socket_timeout_s=3)
+                                     trigger={"realTime": "5 seconds"}, max_dwell_ms=20, socket_timeout_s=3)
         try:
             def count():
                 return pg_conn.execute(f'SELECT count(*) FROM "{table_name}"').fetchone()[0]

@@ -49,8 +49,8 @@ def make_rate_table(conn, table: str) -> None:
 
 def start(spark, plan: RatePlan, dsn, table, checkpoint, trigger, num_partitions=1):
     df = rate_stream(spark, plan.rate, plan.total_rows, plan.start_ms, payload=PAYLOAD, num_partitions=num_partitions)
-    return start_jvm_sink_query(df, dsn=dsn, table=table, upsertkey="id", checkpoint_location=checkpoint,
-                                trigger=trigger, batchinterval_ms=20)
+    return start_jvm_sink_query(df, dsn=dsn, table=table, key_columns=("id",), checkpoint_location=checkpoint,
+                                trigger=trigger, max_dwell_ms=20)
 
 
 def count(conn, table) -> int:

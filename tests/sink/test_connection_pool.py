@@ -102,17 +102,32 @@ def test_a_pooled_connection_killed_meanwhile_is_replaced_and_no_row_is_lost(pg_
     assert [r[0] for r in table_rows(pg_conn, table_name)] == list(range(6))
 
 
-def test_a_connection_older_than_the_max_age_is_closed_not_reused(pg_dsn, pg_conn, table_name):
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_connection_older_than_the_max_age_is_closed_not_reused(pg_dsn, pg_conn, table_name, monkeypatch):
+    """The pool's own clock, moved by hand: no sleeping on the real clock."""
+    from rtm_lakebase.sink import target
+
     make_table(pg_conn, table_name)
+    clock = FakeClock()
+    pool = ConnectionPool(clock=clock, jitter=lambda: 0.0)  # no jitter: the limit is exactly max_age_s
+    monkeypatch.setattr(target, "POOL", pool)
     s = settings_for(pg_dsn)
-    before = POOL.stats()
-    first = task(s, table_name, rows(0), 0, connection_max_age_s=0.5)
-    assert task(s, table_name, rows(3), 1, connection_max_age_s=0.5) == first  # young: reused
-    time.sleep(0.7)
-    third = task(s, table_name, rows(6), 2, connection_max_age_s=0.5)
+    first = task(s, table_name, rows(0), 0, connection_max_age_s=60)
+    clock.now += 59
+    assert task(s, table_name, rows(3), 1, connection_max_age_s=60) == first  # young: reused
+    clock.now += 2
+    third = task(s, table_name, rows(6), 2, connection_max_age_s=60)
     assert third != first
-    assert POOL.stats().closed_old - before.closed_old == 1
+    assert pool.stats().closed_old == 1
     assert backends(pg_conn, s.application_name) == [third]
+    pool.close_all()
     # 0 switches reuse off: every task its own connection, closed at the end
     off = settings_for(pg_dsn)
     a, b = (task(off, table_name, rows(9 + 3 * e), e, connection_max_age_s=0) for e in range(2))
@@ -120,12 +135,46 @@ def test_a_connection_older_than_the_max_age_is_closed_not_reused(pg_dsn, pg_con
     wait_backends(pg_conn, off.application_name, 0)
 
 
+class _Conn:
+    """Stands in for a psycopg connection the pool opened (weak-referenceable, never really used)."""
+
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_connection_ages_are_spread_so_a_query_does_not_log_in_again_all_at_once():
+    """Each connection's limit is max_age_s shortened by its own 0-10 %, never longer."""
+    draws = iter([0.0, 0.5, 0.999, 1.0])
+    pool = ConnectionPool(clock=FakeClock(), opener=lambda _s: _Conn(), jitter=lambda: next(draws))
+    s = ConnectionSettings(host="127.0.0.1", dbname="d")
+    conns = [pool.connect(s, max_age_s=1000) for _ in range(4)]
+    limits = [pool.age_limit(c, 1000) for c in conns]
+    assert limits == pytest.approx([1000, 950, 900.1, 900])
+    spread = ConnectionPool(clock=FakeClock(), opener=lambda _s: _Conn())  # the real random draws
+    limits = {spread.age_limit(spread.connect(s, max_age_s=1800), 1800) for _ in range(50)}
+    assert len(limits) > 40 and all(1620 <= x <= 1800 for x in limits)
+
+
+def test_a_kept_connection_past_its_own_jittered_limit_is_closed_when_given_back():
+    clock = FakeClock()
+    pool = ConnectionPool(clock=clock, opener=lambda _s: _Conn(), jitter=lambda: 1.0)  # limit 0.9 × max age
+    s = ConnectionSettings(host="127.0.0.1", dbname="d")
+    conn = pool.connect(s, max_age_s=100)
+    clock.now += 91
+    pool.give_back(s, conn, max_age_s=100)
+    assert conn.closed and pool.stats().closed_old == 1 and pool.stats().idle == 0
+
+
 def test_an_idle_connection_past_its_age_is_closed_even_if_no_task_comes(pg_dsn, pg_conn):
     s = settings_for(pg_dsn)
-    pool = ConnectionPool(reap_every_s=0.2)
-    conn = pool.connect(s, max_age_s=0.5)
-    pool.give_back(s, conn, max_age_s=0.5)
+    clock = FakeClock()
+    pool = ConnectionPool(reap_every_s=0.2, clock=clock)
+    conn = pool.connect(s, max_age_s=60)
+    pool.give_back(s, conn, max_age_s=60)
     assert len(backends(pg_conn, s.application_name)) == 1
+    clock.now += 61  # past its age on the pool's clock; the sweep (every 0.2 s) finds it
     wait_backends(pg_conn, s.application_name, 0)  # closed by the pool's sweep, no take() needed
     assert pool.stats().closed_old == 1 and pool.stats().idle == 0
 

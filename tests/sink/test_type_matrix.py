@@ -281,7 +281,7 @@ def run_jvm_sink(spark, pg_dsn: str, target: tuple[str, str], mode: str, citext:
     from rtm_lakebase.jvm import build_jvm_writer
 
     writer = build_jvm_writer(spark, dsn=pg_dsn, schema=target[0], table=target[1], mode=mode,
-                              upsertkey="k" if mode != "append" else None)
+                              key_columns=("k",) if mode != "append" else ())
     java_rows = _frame(spark, citext, rows)._jdf.collectAsList()
     writer.open(0, 0)
     error = None

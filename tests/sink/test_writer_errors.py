@@ -31,42 +31,6 @@ def with_options(dsn: str, options: str) -> ConnectionSettings:
     return ConnectionSettings.from_dsn(dsn, extra={"options": options})
 
 
-F = {"CONNECTION": "connection lost", "CONFLICT": "lock conflict", "TIMEOUT": "statement timeout",
-     "ROW": "bad row", "PERMANENT": "permanent"}
-
-
-class Failure:  # names for the parametrize table; compared by value with sink_errors.Failure
-    CONNECTION, CONFLICT, TIMEOUT, ROW, PERMANENT = (F[k] for k in F)
-
-
-@pytest.mark.parametrize("error, connecting, expected", [
-    (psycopg.OperationalError("server closed the connection unexpectedly"), False, Failure.CONNECTION),
-    (psycopg.errors.AdminShutdown(), False, Failure.CONNECTION),
-    (psycopg.errors.ConnectionFailure(), False, Failure.CONNECTION),
-    (psycopg.errors.ReadOnlySqlTransaction(), False, Failure.CONNECTION),
-    (psycopg.errors.DeadlockDetected(), False, Failure.CONFLICT),
-    (psycopg.errors.SerializationFailure(), False, Failure.CONFLICT),
-    (psycopg.errors.LockNotAvailable(), False, Failure.CONFLICT),
-    (psycopg.errors.QueryCanceled(), False, Failure.TIMEOUT),
-    (psycopg.errors.ProgramLimitExceeded(), False, Failure.ROW),
-    (psycopg.errors.StringDataRightTruncation(), False, Failure.ROW),
-    (psycopg.errors.UniqueViolation(), False, Failure.ROW),
-    (psycopg.errors.DiskFull(), False, Failure.PERMANENT),
-    (psycopg.errors.OutOfMemory(), False, Failure.PERMANENT),
-    (psycopg.errors.UndefinedTable(), False, Failure.PERMANENT),
-    (psycopg.errors.InsufficientPrivilege(), False, Failure.PERMANENT),
-    (psycopg.OperationalError('FATAL:  password authentication failed for user "u"'), True, Failure.PERMANENT),
-    (psycopg.OperationalError("connection refused"), True, Failure.CONNECTION),
-    (psycopg.errors.TooManyConnections(), True, Failure.CONNECTION),
-    (UnicodeEncodeError("utf-8", "\udc80", 0, 1, "surrogates not allowed"), False, Failure.ROW),
-    (RuntimeError("unrelated"), False, Failure.PERMANENT),
-])
-def test_classify_by_what_retrying_can_change(error, connecting, expected):
-    from rtm_lakebase.sink.errors import classify
-
-    assert classify(error, connecting=connecting).value == expected
-
-
 def test_statement_timeout_names_the_locked_row_without_retrying(pg_dsn, pg_conn, table_name):
     """A row held by another session past statement_timeout: named at once, no retry, in about the flush's time."""
     make_table(pg_conn, table_name)

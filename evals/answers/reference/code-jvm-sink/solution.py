@@ -5,4 +5,4 @@ from rtm_lakebase.jvm import start_jvm_sink_query
 
 def start(df, dsn, checkpoint):
     return start_jvm_sink_query(df, dsn=dsn, table="events", checkpoint_location=checkpoint,
-                                upsertkey="id", version_column="version")
+                                key_columns=("id",), version_column="version")
