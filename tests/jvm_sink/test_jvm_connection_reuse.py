@@ -128,9 +128,9 @@ def test_age_zero_switches_reuse_off(jvm_spark, pg_dsn, pg_conn, table_name, che
     wait_until(lambda: not _sink_connections(pg_conn, app), None, 10, "no session kept idle")
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "60", 2**31])
-def test_connection_max_age_must_be_whole_seconds(jvm_spark, pg_dsn, bad):
+@pytest.mark.parametrize("bad", [-1, True, "60", 2**31])
+def test_connection_max_age_must_be_seconds(jvm_spark, pg_dsn, bad):
     from rtm_lakebase.jvm import build_jvm_writer
 
-    with pytest.raises(ValueError, match="connection_max_age_s must be a whole number of seconds"):
+    with pytest.raises(ValueError, match="connection_max_age_s must be a number of seconds"):
         build_jvm_writer(jvm_spark, dsn=pg_dsn, table="t", connection_max_age_s=bad)
