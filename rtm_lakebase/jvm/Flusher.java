@@ -44,6 +44,7 @@ final class Flusher {
     private final Thread thread;
     private boolean stopping;
     private volatile boolean aborted;
+    private volatile String abortReason;                 // the task's failure, for the log line
     private RuntimeException error;
 
     Flusher(RowBuffer buffer, ToIntFunction<List<Object[]>> write, int maxBatchRows, long maxDwellMs,
@@ -134,10 +135,13 @@ final class Flusher {
     }
 
     /**
-     * The task failed: drop what is not yet being written (Spark replays it), cancel the write in
-     * flight (`cancel` stops its statement; the interrupt ends a retry's sleep) and stop the thread.
+     * The task failed with `taskFailure`: drop what is not yet being written (Spark replays it), cancel
+     * the write in flight (`cancel` stops its statement; the interrupt ends a retry's sleep) and stop
+     * the thread.
      */
-    void abort(Runnable cancel) {
+    void abort(Throwable taskFailure, Runnable cancel) {
+        abortReason = taskFailure.getClass().getSimpleName() + ": " + Errors.firstLine(String.valueOf(
+            taskFailure.getMessage()));
         lock.lock();
         try {
             while (sealed.size() > 1) {
@@ -216,9 +220,9 @@ final class Flusher {
         } finally {
             lock.unlock();
         }
-        if (aborted) {
-            LOG.info("postgres JVM sink: the write in flight to {} was cancelled because the task failed: {}", target,
-                failure.getMessage());
+        if (aborted) {  // not "flush failed": the task had failed first, and this write was stopped for it
+            LOG.warn("postgres JVM sink: the task failed ({}); the flush in flight to {} was abandoned unwritten "
+                + "(Spark replays its rows)", abortReason, target);
             return;
         }
         LOG.error("postgres JVM sink: flush failed; nothing more is written and the task fails with this error: {}",

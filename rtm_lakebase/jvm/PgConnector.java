@@ -9,11 +9,12 @@
  *   Connections in use are bounded by the tasks themselves (one per running task).
  * - Validated before use: an idle connection must answer isValid() within 2 s and is rolled
  *   back to a clean transaction state; a dead one is closed and the next one tried.
- * - Aged out: a connection older than its age limit (the sink's connection_max_age_s option,
- *   default 1800 s, spread by +-10 % per connection as psycopg_pool does, so the connections of a
- *   query do not all log in again at the same moment; 0 switches reuse off) is closed instead of
- *   being reused, so a login with a fresh password or OAuth token happens at least that often; a
- *   sweep every 30 s closes idle ones past that age even when no task comes to take them.
+ * - Aged out: a connection older than its age limit is closed instead of being reused, so a login
+ *   with a fresh password or OAuth token happens at least that often; a sweep every 30 s closes idle
+ *   ones past that age even when no task comes to take them. The limit is the sink's
+ *   connection_max_age_s option (default 1800 s; 0 switches reuse off) shortened by a random 0-10 %
+ *   drawn when the connection opens (as the Python pool does; psycopg_pool shortens max_lifetime by
+ *   up to 5 %), so the connections of a query do not all log in again at the same moment.
  * - Closed when the executor stops: a JVM shutdown hook closes every idle connection.
  * - A connection whose task failed is never given back (the caller closes it instead).
  * The pool key is a keyed hash (HMAC-SHA256, a random key per JVM) of url, user and password: it
@@ -45,7 +46,7 @@ public final class PgConnector {
     private static final int VALIDATE_SECONDS = 2;
     static final long SWEEP_MS = 30_000;
     private static final Map<String, ArrayDeque<Idle>> IDLE = new HashMap<>();
-    /** Age limits are spread by this fraction either way, per connection. */
+    /** Age limits are shortened by up to this fraction, drawn per connection. */
     static final double AGE_JITTER = 0.10;
     private static final byte[] KEY_SECRET = new byte[32];
     /** Each connection this pool opened: when (System.nanoTime) and its age-limit factor; weak, so a closed one is forgotten. */
@@ -117,7 +118,7 @@ public final class PgConnector {
         c.setAutoCommit(false);
         synchronized (IDLE) {
             opened++;
-            BORN.put(c, new Birth(System.nanoTime(), 1 + ThreadLocalRandom.current().nextDouble(-AGE_JITTER, AGE_JITTER)));
+            BORN.put(c, new Birth(System.nanoTime(), 1 - ThreadLocalRandom.current().nextDouble(0, AGE_JITTER)));
         }
         return c;
     }

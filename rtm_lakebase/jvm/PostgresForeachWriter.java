@@ -141,7 +141,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
                 if (errorOrNull == null) {
                     flusher.finish();
                 } else {
-                    flusher.abort(target::cancel);
+                    flusher.abort(errorOrNull, target::cancel);
                 }
             }
         } catch (RuntimeException e) {
