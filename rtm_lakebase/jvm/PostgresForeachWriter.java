@@ -61,6 +61,7 @@ public class PostgresForeachWriter extends ForeachWriter<Row> {
 
     public PostgresForeachWriter(Map<String, String> options) {
         this.settings = new SinkSettings(options);
+        Outcomes.rules();  // a jar without the outcome table fails here, on the driver
     }
 
     @Override

@@ -112,7 +112,7 @@ final class SinkSettings implements Serializable {
             this.schema = givenSchema;
             this.table = givenTable;
         } else {
-            String[] parts = splitTableName(givenTable);
+            String[] parts = Statements.splitTableName(givenTable);
             this.schema = parts[0];
             this.table = parts[1];
         }
@@ -285,82 +285,6 @@ final class SinkSettings implements Serializable {
             throw new IllegalArgumentException("batchinterval must be at least 1 millisecond, got \"" + text + "\"");
         }
         return ms;
-    }
-
-    private static boolean nameStart(int c) {
-        return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c >= 0x80;
-    }
-
-    private static boolean namePart(int c) {
-        return nameStart(c) || c == '$' || (c >= '0' && c <= '9');
-    }
-
-    /**
-     * "table" or "schema.table" → {schema or null, table}, read as SQL reads a table name (as
-     * split_table_name in rtm_lakebase/sink/statements.py): an unquoted part is folded to lower case
-     * (A-Z), a double-quoted part is exact, dots and all ("" is one quote).
-     */
-    static String[] splitTableName(String name) {
-        if (name == null || name.trim().isEmpty()) {
-            throw new IllegalArgumentException("table must be a non-empty name");
-        }
-        List<String> parts = new ArrayList<>();
-        int i = 0;
-        int n = name.length();
-        while (true) {
-            StringBuilder part = new StringBuilder();
-            if (i < n && name.charAt(i) == '"') {
-                int j = i + 1;
-                while (true) {
-                    int k = name.indexOf('"', j);
-                    if (k < 0) {
-                        throw new IllegalArgumentException("table \"" + name + "\": a double quote is not closed");
-                    }
-                    part.append(name, j, k);
-                    if (k + 1 < n && name.charAt(k + 1) == '"') {
-                        part.append('"');
-                        j = k + 2;
-                        continue;
-                    }
-                    i = k + 1;
-                    break;
-                }
-                if (part.length() == 0) {
-                    throw new IllegalArgumentException("table " + name + ": a quoted name is empty");
-                }
-            } else {
-                int start = i;
-                if (i < n && nameStart(name.codePointAt(i))) {
-                    i += Character.charCount(name.codePointAt(i));
-                    while (i < n && namePart(name.codePointAt(i))) {
-                        i += Character.charCount(name.codePointAt(i));
-                    }
-                }
-                if (i == start) {
-                    throw new IllegalArgumentException("table " + name + ": expected a name at position " + i
-                        + "; quote a name that has spaces, dots, quotes or other punctuation as in SQL "
-                        + "(\"my table\"), or set schema and an exact table");
-                }
-                for (char c : name.substring(start, i).toCharArray()) {
-                    part.append(c >= 'A' && c <= 'Z' ? (char) (c + 32) : c);
-                }
-            }
-            parts.add(part.toString());
-            if (i == n) {
-                break;
-            }
-            if (name.charAt(i) != '.') {
-                throw new IllegalArgumentException("table " + name + ": unexpected '" + name.charAt(i)
-                    + "' at position " + i + "; quote a name that has it as in SQL (\"my table\"), or set schema "
-                    + "and an exact table");
-            }
-            i++;
-        }
-        if (parts.size() > 2) {
-            throw new IllegalArgumentException("table " + name + ": at most schema.table (a database cannot be "
-                + "named here: connect to it)");
-        }
-        return parts.size() == 2 ? new String[] {parts.get(0), parts.get(1)} : new String[] {null, parts.get(0)};
     }
 
     /** Comma-separated names; a "double-quoted" name may hold commas and "" for a quote. */

@@ -1,10 +1,14 @@
 /*
- * The SQL the JVM sink sends (twin of rtm_lakebase/sink/statements.py): the write statement of each
- * mode, the primary-key query, and which Spark types the sink writes. Identifiers are always
- * double-quoted.
+ * The SQL the JVM sink sends and how it reads names (twin of rtm_lakebase/sink/statements.py): the
+ * write statement of each mode, the catalog lookups, a table name read as SQL reads it, and which
+ * Spark types the sink writes. Identifiers are always double-quoted.
  */
 package rtm_lakebase.jvm;
 
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -30,12 +34,88 @@ final class Statements {
     private Statements() { }
 
     /** The primary key's columns in key order; parameters: table name, schema name (null: current schema). */
-    static final String PRIMARY_KEY_QUERY = "SELECT a.attname FROM pg_catalog.pg_index i "
+    private static final String PRIMARY_KEY_QUERY = "SELECT a.attname FROM pg_catalog.pg_index i "
         + "JOIN pg_catalog.pg_class c ON c.oid = i.indrelid "
         + "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
         + "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
         + "WHERE c.relname = ? AND n.nspname = COALESCE(CAST(? AS text), current_schema()) "
         + "AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)";
+
+    private static boolean nameStart(int c) {
+        return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c >= 0x80;
+    }
+
+    private static boolean namePart(int c) {
+        return nameStart(c) || c == '$' || (c >= '0' && c <= '9');
+    }
+
+    /**
+     * "table" or "schema.table" → {schema or null, table}, read as SQL reads a table name (as
+     * split_table_name in rtm_lakebase/sink/statements.py): an unquoted part is folded to lower case
+     * (A-Z), a double-quoted part is exact, dots and all ("" is one quote).
+     */
+    static String[] splitTableName(String name) {
+        if (name == null || name.trim().isEmpty()) {
+            throw new IllegalArgumentException("table must be a non-empty name");
+        }
+        List<String> parts = new ArrayList<>();
+        int i = 0;
+        int n = name.length();
+        while (true) {
+            StringBuilder part = new StringBuilder();
+            if (i < n && name.charAt(i) == '"') {
+                int j = i + 1;
+                while (true) {
+                    int k = name.indexOf('"', j);
+                    if (k < 0) {
+                        throw new IllegalArgumentException("table \"" + name + "\": a double quote is not closed");
+                    }
+                    part.append(name, j, k);
+                    if (k + 1 < n && name.charAt(k + 1) == '"') {
+                        part.append('"');
+                        j = k + 2;
+                        continue;
+                    }
+                    i = k + 1;
+                    break;
+                }
+                if (part.length() == 0) {
+                    throw new IllegalArgumentException("table " + name + ": a quoted name is empty");
+                }
+            } else {
+                int start = i;
+                if (i < n && nameStart(name.codePointAt(i))) {
+                    i += Character.charCount(name.codePointAt(i));
+                    while (i < n && namePart(name.codePointAt(i))) {
+                        i += Character.charCount(name.codePointAt(i));
+                    }
+                }
+                if (i == start) {
+                    throw new IllegalArgumentException("table " + name + ": expected a name at position " + i
+                        + "; quote a name that has spaces, dots, quotes or other punctuation as in SQL "
+                        + "(\"my table\"), or set schema and an exact table");
+                }
+                for (char c : name.substring(start, i).toCharArray()) {
+                    part.append(c >= 'A' && c <= 'Z' ? (char) (c + 32) : c);
+                }
+            }
+            parts.add(part.toString());
+            if (i == n) {
+                break;
+            }
+            if (name.charAt(i) != '.') {
+                throw new IllegalArgumentException("table " + name + ": unexpected '" + name.charAt(i)
+                    + "' at position " + i + "; quote a name that has it as in SQL (\"my table\"), or set schema "
+                    + "and an exact table");
+            }
+            i++;
+        }
+        if (parts.size() > 2) {
+            throw new IllegalArgumentException("table " + name + ": at most schema.table (a database cannot be "
+                + "named here: connect to it)");
+        }
+        return parts.size() == 2 ? new String[] {parts.get(0), parts.get(1)} : new String[] {null, parts.get(0)};
+    }
 
     /** Whether the sink binds values of this Spark type. */
     static boolean supported(DataType t) {
@@ -104,6 +184,29 @@ final class Statements {
             sql.append(" WHERE (").append(oldRow).append(") IS DISTINCT FROM (").append(newRow).append(')');
         }
         return sql.toString();
+    }
+
+    /** The primary key's columns, in key order (none: no primary key). */
+    static List<String> primaryKey(Connection conn, String table, String schema) throws SQLException {
+        List<String> names = new ArrayList<>();
+        try (PreparedStatement ps = conn.prepareStatement(PRIMARY_KEY_QUERY)) {
+            ps.setString(1, PgColumnTypes.pgName(table));
+            ps.setString(2, PgColumnTypes.pgName(schema));
+            try (ResultSet rs = ps.executeQuery()) {
+                while (rs.next()) {
+                    names.add(rs.getString(1));
+                }
+            }
+        }
+        return names;
+    }
+
+    /** Whether lower() folds more than A-Z under the database's collation (citext keys compare folded). */
+    static boolean foldsUnicode(Connection conn) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(PgColumnTypes.FOLDS_UNICODE_QUERY);
+             ResultSet rs = ps.executeQuery()) {
+            return rs.next() && rs.getBoolean(1);
+        }
     }
 
     /** A one-column INSERT into the diagnosis' constraint-free probe table. */

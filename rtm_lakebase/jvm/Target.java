@@ -14,7 +14,6 @@ package rtm_lakebase.jvm;
 import java.sql.Connection;
 import java.sql.Driver;
 import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.ZoneId;
@@ -181,15 +180,7 @@ final class Target {
                 + " not found; create it first (table is read as SQL reads it: schema.table, \"Quoted.Name\")");
         }
         if (!settings.mode.equals("append") && keyColumns.isEmpty()) {
-            try (PreparedStatement ps = conn.prepareStatement(Statements.PRIMARY_KEY_QUERY)) {
-                ps.setString(1, PgColumnTypes.pgName(settings.table));
-                ps.setString(2, PgColumnTypes.pgName(settings.schema));
-                try (ResultSet rs = ps.executeQuery()) {
-                    while (rs.next()) {
-                        keyColumns.add(rs.getString(1));
-                    }
-                }
-            }
+            keyColumns.addAll(Statements.primaryKey(conn, settings.table, settings.schema));
             if (keyColumns.isEmpty()) {
                 conn.rollback();
                 throw new PostgresSinkException("table " + target + " has no primary key: set key_columns (mode="
@@ -199,10 +190,7 @@ final class Target {
         for (String k : keyColumns) {
             PgColumnTypes.Column c = found.get(k);
             if (c != null && c.baseType.equals("citext")) {
-                try (PreparedStatement ps = conn.prepareStatement(PgColumnTypes.FOLDS_UNICODE_QUERY);
-                     ResultSet rs = ps.executeQuery()) {
-                    foldUnicode = rs.next() && rs.getBoolean(1);
-                }
+                foldUnicode = Statements.foldsUnicode(conn);
                 break;
             }
         }
