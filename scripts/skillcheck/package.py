@@ -47,7 +47,7 @@ from .readfile import read_bytes_checked, read_text_checked, safe_exists
 
 #: What the installed skill holds: single files and folders (with the suffixes kept from each).
 INSTALL_FILES = ("SKILL.md", "agents/openai.yaml")
-INSTALL_DIRS = (("references", (".md",)), ("rtm_lakebase", (".py", ".java")), ("examples", (".py",)))
+INSTALL_DIRS = (("references", (".md",)), ("rtm_lakebase", (".py", ".java", ".json")), ("examples", (".py",)))
 _ZIP_TIME = (2026, 1, 1, 0, 0, 0)
 
 

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rtm_lakebase.deprecated_names import take_old_names
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
@@ -46,6 +48,11 @@ JAR_ENV = "RTM_FOREACH_JAR"
 SUPPORTED_LINES = ((4, 1), (4, 2), (4, 3))
 BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
               f"or compile {SOURCE_FILE.name} with javac against pyspark's jars and set {JAR_ENV} to the jar")
+
+
+#: Old names of the batch caps (they meant something else than SinkSettings.max_batch_rows): still taken, with a warning.
+OLD_NAMES = {"max_batch_rows": ("worker_batch_rows", None), "max_batch_bytes": ("worker_batch_bytes", None)}
+_DEFAULTS = {"worker_batch_rows": 4096, "worker_batch_bytes": 1 << 20}
 
 
 class FastForeachUnavailable(RuntimeError):
@@ -107,18 +114,22 @@ def _classic_handles(df: DataFrame):
     return jvm, jdf
 
 
-def build_jvm_writer(df: DataFrame, writer: Any, *, max_batch_rows: int = 4096,
-                     max_batch_bytes: int = 1 << 20):
+def build_jvm_writer(df: DataFrame, writer: Any, *, worker_batch_rows: int = 4096,
+                     worker_batch_bytes: int = 1 << 20, **old_names: Any):
     """The Java ``ForeachWriter`` (a py4j object) running ``writer`` for ``df``'s rows.
 
     The Python function and the schema are made the way ``DataStreamWriter.foreach``
     makes them, so ``writer`` behaves exactly as under stock ``foreach``.
     """
-    for name, value in (("max_batch_rows", max_batch_rows), ("max_batch_bytes", max_batch_bytes)):
+    caps = take_old_names("build_jvm_writer", old_names, OLD_NAMES,
+                          {"worker_batch_rows": worker_batch_rows, "worker_batch_bytes": worker_batch_bytes},
+                          _DEFAULTS)
+    worker_batch_rows, worker_batch_bytes = caps["worker_batch_rows"], caps["worker_batch_bytes"]
+    for name, value in (("worker_batch_rows", worker_batch_rows), ("worker_batch_bytes", worker_batch_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if max_batch_rows > 2**31 - 1:
-        raise ValueError(f"max_batch_rows must fit a Java int, got {max_batch_rows}")
+    if worker_batch_rows > 2**31 - 1:
+        raise ValueError(f"worker_batch_rows must fit a Java int, got {worker_batch_rows}")
     jvm, jdf = _classic_handles(df)
     check_version(df.sparkSession.version)
 
@@ -145,7 +156,8 @@ def build_jvm_writer(df: DataFrame, writer: Any, *, max_batch_rows: int = 4096,
     sc = df.sparkSession.sparkContext
     wrapped = _wrap_function(sc, func, serializer, serializer)
     try:
-        return writer_class(wrapped, jdf.schema(), int(max_batch_rows), jvm.java.lang.Long(str(max_batch_bytes)))
+        return writer_class(wrapped, jdf.schema(), int(worker_batch_rows),
+                            jvm.java.lang.Long(str(worker_batch_bytes)))
     except Py4JError as exc:
         raise FastForeachUnavailable(f"the fast foreach writer could not be created: {str(exc).splitlines()[0]}") \
             from None
@@ -154,8 +166,8 @@ def build_jvm_writer(df: DataFrame, writer: Any, *, max_batch_rows: int = 4096,
 # --8<-- [start:start_foreach_query]
 def start_foreach_query(df: DataFrame, writer: Any, *, checkpoint_location: str,
                         trigger: Mapping[str, Any] | None = None, output_mode: str = "update",
-                        query_name: str | None = None, max_batch_rows: int = 4096,
-                        max_batch_bytes: int = 1 << 20) -> StreamingQuery:
+                        query_name: str | None = None, worker_batch_rows: int = 4096,
+                        worker_batch_bytes: int = 1 << 20, **old_names: Any) -> StreamingQuery:
     """Start ``df.writeStream.foreach(writer)`` with rows reaching ``writer`` within milliseconds.
 
     - ``writer``: what ``DataStreamWriter.foreach`` takes, unchanged: an object with
@@ -164,8 +176,10 @@ def start_foreach_query(df: DataFrame, writer: Any, *, checkpoint_location: str,
     - ``trigger``: keyword arguments of ``DataStreamWriter.trigger``, e.g.
       ``{"realTime": "5 minutes"}`` (the default; the duration is the checkpoint
       interval, not a latency) or ``{"processingTime": "0 seconds"}``.
-    - ``max_batch_rows`` / ``max_batch_bytes``: caps of one batch sent to the Python
-      worker; a batch is whatever rows are waiting, at least one.
+    - ``worker_batch_rows`` / ``worker_batch_bytes``: caps of one batch of rows sent to
+      the Python worker; a batch is whatever rows are waiting, at least one. (Not the
+      writer's flush size: that is ``SinkSettings.max_batch_rows``. The old names
+      ``max_batch_rows``/``max_batch_bytes`` here still work, with a warning.)
 
     Raises :class:`FastForeachUnavailable` for a missing or stale jar, Spark Connect,
     or an unsupported Spark version; ``ValueError`` for bad arguments.
@@ -173,7 +187,10 @@ def start_foreach_query(df: DataFrame, writer: Any, *, checkpoint_location: str,
     trigger = dict(trigger) if trigger is not None else {"realTime": "5 minutes"}
     if len(trigger) != 1:
         raise ValueError(f"trigger must have exactly one entry, e.g. {{'realTime': '5 minutes'}}, got {trigger!r}")
-    jwriter = build_jvm_writer(df, writer, max_batch_rows=max_batch_rows, max_batch_bytes=max_batch_bytes)
+    caps = take_old_names("start_foreach_query", old_names, OLD_NAMES,
+                          {"worker_batch_rows": worker_batch_rows, "worker_batch_bytes": worker_batch_bytes},
+                          _DEFAULTS)
+    jwriter = build_jvm_writer(df, writer, **caps)
     stream = df.writeStream
     stream._jwrite = stream._jwrite.foreach(jwriter)  # in place of PySpark's PythonForeachWriter
     stream = stream.outputMode(output_mode).option("checkpointLocation", checkpoint_location).trigger(**trigger)

@@ -7,14 +7,15 @@ This module attaches a compiled Java ``ForeachWriter<Row>``
 instead, so rows go from the engine to Postgres without leaving the JVM::
 
     query = start_jvm_sink_query(
-        events, dsn=dsn, table="events", upsertkey="id", version_column="version",
+        events, dsn=dsn, table="events", key_columns=("id",), version_column="version",
         checkpoint_location="/tmp/ck/events", trigger={"realTime": "5 minutes"})
 
 The session must have the writer jar and the Postgres JDBC driver on its
 classpath from the start (``spark.jars``; :func:`jvm_sink_jars` lists them for a
-local session). Option names follow Databricks' native Lakebase sink
-(``upsertkey``, ``batchsize``, ``batchinterval``), so moving to it on Databricks
-is a change of ``format``.
+local session). The knobs have the names of :class:`~rtm_lakebase.sink.SinkSettings`;
+:data:`JVM_OPTIONS` maps them to the Java writer's options, which are the native
+Lakebase sink's where it has one (``dbtable``, ``upsertkey``, ``batchsize``,
+``batchinterval``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rtm_lakebase.deprecated_names import take_old_names
 from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
+from rtm_lakebase.sink.settings import SinkSettings
+from rtm_lakebase.sink.statements import split_table_name
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +42,8 @@ WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
 #: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
 JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
+#: The failure-outcome table both sinks read; the build stores it in the jar.
+OUTCOMES_FILE = JVM_DIR.parent / "sink" / "outcomes.json"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
 JAR_ENV = "RTM_JVM_SINK_JAR"
 #: The Postgres JDBC driver: ``$PG_JDBC_JAR``, else Debian's ``libpostgresql-jdbc-java`` copy.
@@ -69,10 +75,12 @@ def jvm_sink_jars() -> list[str]:
 
 
 def _sources_sha() -> str:
-    """The hash the build records: every ``.java`` file beside the writer, concatenated in name order."""
+    """The hash the build records: every ``.java`` file beside the writer in name order, then the outcome table."""
     digest = hashlib.sha256()
     for path in sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name.encode()):
         digest.update(path.read_bytes())
+    if OUTCOMES_FILE.is_file():
+        digest.update(OUTCOMES_FILE.read_bytes())
     return digest.hexdigest()
 
 
@@ -88,7 +96,7 @@ def _writer_jar() -> Path:
         recorded = stamp.read_text().strip() if stamp.is_file() else None
         if current and recorded != current:
             raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name} (or another .java "
-                                     f"file beside it): {BUILD_HINT}")
+                                     f"file beside it, or {OUTCOMES_FILE.name}): {BUILD_HINT}")
     return jar
 
 
@@ -234,7 +242,7 @@ def _format_key_list(columns: str | Sequence[str] | None) -> str | None:
         columns = [columns]
     names = list(columns)
     if not names or any(not isinstance(n, str) or not n for n in names):
-        raise ValueError(f"upsertkey must be a column name or a non-empty list of names, got {columns!r}")
+        raise ValueError(f"key_columns must be a non-empty list of column names, got {columns!r}")
     out = []
     for name in names:
         if "," in name or '"' in name or name != name.strip():
@@ -264,32 +272,66 @@ def _py4j_blocked(exc: BaseException) -> bool:
     return "Py4JSecurityException" in text or "not whitelisted" in text
 
 
+#: What the JVM sink calls each knob: SinkSettings name → the Java writer's option. The Java writer
+#: (rtm_lakebase/jvm/SinkSettings.java) takes SinkSettings' names; it still reads the native sink's
+#: spellings (dbtable, upsertkey, batchsize, batchinterval, ...) and logs a deprecation line for each.
+JVM_OPTIONS = {name: name for name in (
+    "table", "schema", "mode", "key_columns", "version_column", "skip_unchanged", "max_batch_rows", "max_dwell_ms",
+    "max_retries", "backoff_initial_ms", "backoff_max_ms", "connection_max_age_s")}
+#: Old keyword names of start_jvm_sink_query/build_jvm_writer (the native sink's spelling): still taken, with a warning.
+OLD_NAMES = {"upsertkey": ("key_columns", lambda v: (v,) if isinstance(v, str) else v),
+             "batchsize": ("max_batch_rows", None), "batchinterval_ms": ("max_dwell_ms", None)}
+_DEFAULTS = {"key_columns": (), "max_batch_rows": 1000, "max_dwell_ms": 100}
+
+
+def jvm_options(settings: SinkSettings) -> dict[str, str]:
+    """The Java writer's options for ``settings`` (table and schema already parsed as SQL reads them)."""
+    s = settings
+    if s.on_failure is not None or s.columns is not None:
+        raise ValueError("on_failure and columns are settings of the Python writer; the JVM sink writes every "
+                         "column of the DataFrame and reports failures through the query")
+    age = s.connection_max_age_s
+    if not age <= 2**31 - 1:
+        raise ValueError(f"connection_max_age_s must be a number of seconds up to 2**31 - 1 for the JVM sink, "
+                         f"got {age!r}")
+    values = {"table": s.table, "schema": s.schema, "mode": s.mode,
+              "key_columns": _format_key_list(s.key_columns) if s.key_columns else None,
+              "version_column": s.version_column, "skip_unchanged": str(bool(s.skip_unchanged)).lower(),
+              "max_batch_rows": str(s.max_batch_rows), "max_dwell_ms": str(s.max_dwell_ms),
+              "max_retries": str(s.max_retries), "backoff_initial_ms": str(s.backoff_initial_ms),
+              "backoff_max_ms": str(s.backoff_max_ms), "connection_max_age_s": str(int(age) if float(age).is_integer() else age)}
+    if s.schema is None and split_table_name(s.table) != (None, s.table):
+        values["table"] = '"' + s.table.replace('"', '""') + '"'  # read back as this one exact name
+    return {JVM_OPTIONS[name]: value for name, value in values.items() if value is not None}
+
+
 def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, table: str,
-                     upsertkey: str | Sequence[str] | None = None, mode: str = "upsert",
+                     key_columns: Sequence[str] = (), mode: str = "upsert",
                      version_column: str | None = None, schema: str | None = None,
-                     skip_unchanged: bool = True, batchsize: int = 1000, batchinterval_ms: int = 100,
-                     max_retries: int = 6, socket_timeout_s: int = SOCKET_TIMEOUT_S,
+                     skip_unchanged: bool = True, max_batch_rows: int = 1000, max_dwell_ms: int = 100,
+                     max_retries: int = 6, backoff_initial_ms: int = 250, backoff_max_ms: int = 5000,
+                     socket_timeout_s: int = SOCKET_TIMEOUT_S,
                      password_provider_class: str | None = None, append_copy: bool = True,
-                     connection_max_age_s: int = 1800):
+                     connection_max_age_s: int = 1800, **old_names: Any):
     """The Java ``ForeachWriter<Row>`` (a py4j object) for ``writeStream.foreach``.
 
     Arguments as in :func:`start_jvm_sink_query`. Checks the classpath and the
     options on the driver, so a wrong setting fails here, not in a task.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if not table:
-        raise ValueError("table must not be empty")
-    if isinstance(batchsize, bool) or not isinstance(batchsize, int) or batchsize < 1:
-        raise ValueError(f"batchsize must be a positive integer, got {batchsize!r}")
-    if isinstance(batchinterval_ms, bool) or not isinstance(batchinterval_ms, int) or batchinterval_ms < 1:
-        raise ValueError(f"batchinterval_ms must be a positive integer (milliseconds), got {batchinterval_ms!r}")
-    if version_column and mode != "upsert":
-        raise ValueError("version_column only applies to mode='upsert'")
-    if isinstance(connection_max_age_s, bool) or not isinstance(connection_max_age_s, int) \
-            or not 0 <= connection_max_age_s <= 2**31 - 1:
-        raise ValueError(f"connection_max_age_s must be a whole number of seconds, at least 0 (0: no reuse), "
-                         f"got {connection_max_age_s!r}")
+    knobs = take_old_names("build_jvm_writer", old_names, OLD_NAMES,
+                           {"key_columns": key_columns, "max_batch_rows": max_batch_rows,
+                            "max_dwell_ms": max_dwell_ms}, _DEFAULTS)
+    for name in ("max_batch_rows", "max_dwell_ms"):
+        value = knobs[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    sink = SinkSettings(table=table, schema=schema, mode=mode, key_columns=knobs["key_columns"] or (),
+                        version_column=version_column, skip_unchanged=skip_unchanged,
+                        max_batch_rows=knobs["max_batch_rows"], max_dwell_ms=knobs["max_dwell_ms"],
+                        max_retries=max_retries, backoff_initial_ms=backoff_initial_ms,
+                        backoff_max_ms=backoff_max_ms, connection_max_age_s=connection_max_age_s)
+    if sink.key_columns and mode == "append":
+        raise ValueError("key_columns does not apply to mode='append'")
     settings = as_connection_settings(dsn)
     if settings.password_provider is not None:
         raise ValueError("password_provider is a Python callable and cannot run inside the JVM writer; "
@@ -299,21 +341,11 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
         if settings.password:
             raise ValueError("give either a password in the DSN or password_provider_class, not both")
         password = None  # the provider gives it at every connect; PGPASSWORD and .pgpass are not asked
-    options = {"url": url, "dbtable": table, "mode": mode, "batchsize": str(batchsize),
-               "batchinterval": f"{batchinterval_ms} milliseconds", "skipunchanged": str(bool(skip_unchanged)).lower(),
-               "maxretries": str(int(max_retries)), "appendcopy": str(bool(append_copy)).lower(),
-               "connectionmaxageseconds": str(connection_max_age_s)}
+    options = {"url": url, **jvm_options(sink), "append_copy": str(bool(append_copy)).lower()}
     if password_provider_class:
-        options["passwordprovider"] = password_provider_class
+        options["password_provider"] = password_provider_class
     if user:
         options["user"] = user
-    if schema:
-        options["schema"] = schema
-    keys = _format_key_list(upsertkey)
-    if keys is not None:
-        options["upsertkey"] = keys
-    if version_column:
-        options["versioncolumn"] = version_column
 
     from py4j.java_gateway import JavaClass
     from py4j.protocol import Py4JError
@@ -350,35 +382,42 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
 
 # --8<-- [start:start_jvm_sink_query]
 def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table: str,
-                         checkpoint_location: str, upsertkey: str | Sequence[str] | None = None,
+                         checkpoint_location: str, key_columns: Sequence[str] = (),
                          mode: str = "upsert", version_column: str | None = None,
                          schema: str | None = None, skip_unchanged: bool = True,
-                         batchsize: int = 1000, batchinterval_ms: int = 100,
+                         max_batch_rows: int = 1000, max_dwell_ms: int = 100,
                          trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
                          output_mode: str = "update", max_retries: int = 6,
+                         backoff_initial_ms: int = 250, backoff_max_ms: int = 5000,
                          socket_timeout_s: int = SOCKET_TIMEOUT_S,
                          password_provider_class: str | None = None,
-                         connection_max_age_s: int = 1800) -> StreamingQuery:
+                         connection_max_age_s: int = 1800, **old_names: Any) -> StreamingQuery:
     """Stream ``df`` into Postgres table ``table`` through the JVM writer; return the running query.
 
     - ``dsn``: a libpq DSN or URL (``postgresql://user:pass@host:5432/db``) or
       :class:`ConnectionSettings`; TCP hosts only; the password stays out of
       every message and ``toString``.
-    - ``table`` is one identifier (a dot is part of the name); ``schema`` the
-      schema, default the connection's current schema.
+    - The knobs have the names and meanings of :class:`~rtm_lakebase.sink.SinkSettings`
+      (the Python writer's settings); the old names ``upsertkey``, ``batchsize`` and
+      ``batchinterval_ms`` still work, with a warning.
+    - ``table``: ``"events"``, ``"sales.events"`` or ``'"My.Schema"."Events"'``, read as
+      SQL reads a table name; with ``schema`` given, ``table`` is one exact name in it.
+      No schema: the connection's ``search_path`` decides.
     - ``mode``: ``"upsert"`` (``INSERT … ON CONFLICT (upsertkey) DO UPDATE``; with
       ``version_column`` only a strictly newer version replaces a row, else
       ``skip_unchanged`` skips identical updates), ``"insert_ignore"``
       (``ON CONFLICT DO NOTHING``) or ``"append"`` (``COPY … FROM STDIN``, or
       ``INSERT`` when a column's Spark type is not the column's own kind).
-    - ``upsertkey``: column name(s); ``None`` takes the table's primary key.
-    - A flush (one transaction, rows sorted by key) happens when ``batchsize``
+    - ``key_columns``: column names; ``()`` takes the table's primary key.
+    - A flush (one transaction, rows sorted by key) happens when ``max_batch_rows``
       distinct keys are buffered or when the oldest buffered row is
-      ``batchinterval_ms`` old, even if no further row arrives. For the lowest
+      ``max_dwell_ms`` old, even if no further row arrives. For the lowest
       latency use 5–20 ms; the native sink's default is 100 ms.
     - ``trigger``: keyword arguments of ``DataStreamWriter.trigger``, e.g.
       ``{"realTime": "5 minutes"}`` (the default; the duration is the checkpoint
       interval, not a latency) or ``{"processingTime": "0 seconds"}``.
+    - ``max_retries``, ``backoff_initial_ms``, ``backoff_max_ms``: lost connections and
+      lock conflicts are retried with jittered backoff, as in the Python writer.
     - ``socket_timeout_s``: a read from Postgres waiting longer counts as a lost
       connection (reconnect and retry) instead of blocking the task forever.
     - ``password_provider_class``: a Java class implementing
@@ -397,11 +436,14 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
     if len(trigger) != 1:
         raise ValueError(f"trigger must have exactly one entry, e.g. {{'realTime': '5 minutes'}}, got {trigger!r}")
     _, jdf = _jvm_handles(df)
-    writer = build_jvm_writer(df.sparkSession, dsn=dsn, table=table, upsertkey=upsertkey, mode=mode,
-                              version_column=version_column, schema=schema, skip_unchanged=skip_unchanged,
-                              batchsize=batchsize, batchinterval_ms=batchinterval_ms, max_retries=max_retries,
+    knobs = take_old_names("start_jvm_sink_query", old_names, OLD_NAMES,
+                           {"key_columns": key_columns, "max_batch_rows": max_batch_rows,
+                            "max_dwell_ms": max_dwell_ms}, _DEFAULTS)
+    writer = build_jvm_writer(df.sparkSession, dsn=dsn, table=table, mode=mode, version_column=version_column,
+                              schema=schema, skip_unchanged=skip_unchanged, max_retries=max_retries,
+                              backoff_initial_ms=backoff_initial_ms, backoff_max_ms=backoff_max_ms,
                               socket_timeout_s=socket_timeout_s, password_provider_class=password_provider_class,
-                              connection_max_age_s=connection_max_age_s)
+                              connection_max_age_s=connection_max_age_s, **knobs)
     stream = df.writeStream
     stream._jwrite = stream._jwrite.foreach(writer)  # the Java sink replaces PySpark's Python foreach
     stream = (stream.outputMode(output_mode)
@@ -414,4 +456,4 @@ def start_jvm_sink_query(df: DataFrame, *, dsn: ConnectionSettings | str, table:
 
 
 __all__ = ["DEFAULT_JAR", "JvmSinkUnavailable", "PG_JDBC_MAVEN", "WRITER_CLASS", "build_jvm_writer",
-           "jdbc_url", "jvm_sink_jars", "start_jvm_sink_query"]
+           "JVM_OPTIONS", "jdbc_url", "jvm_options", "jvm_sink_jars", "start_jvm_sink_query"]

@@ -382,24 +382,6 @@ def as_connection_settings(value: ConnectionSettings | str) -> ConnectionSetting
     raise TypeError(f"expected ConnectionSettings or a DSN string, not {type(value).__name__}")
 
 
-#: SQLSTATE classes/codes that will not get better by retrying the login.
-_PERMANENT_LOGIN_SQLSTATES = ("28", "3D000", "42501")
-_PERMANENT_LOGIN_TEXT = ("password authentication failed", "no pg_hba.conf entry",
-                         "does not exist", "authentication failed", "permission denied",
-                         "does not support ssl", "ssl was required")
-
-
-def is_permanent_connect_error(exc: BaseException) -> bool:
-    """Wrong credentials, unknown database/role, TLS refused: fail at once instead of retrying."""
-    if isinstance(exc, ConnectionSettingsError):
-        return True
-    state = getattr(exc, "sqlstate", None) or ""
-    if state and any(state.startswith(prefix) for prefix in _PERMANENT_LOGIN_SQLSTATES):
-        return True
-    text = str(exc).lower()
-    return any(marker in text for marker in _PERMANENT_LOGIN_TEXT)
-
-
 def _tls_hint(message: str, choice: TlsChoice) -> str:
     if choice.source == "default" and "does not support SSL" in message:
         return (f" (sslmode=require was chosen because {','.join(choice.targets)} is not a Unix socket "

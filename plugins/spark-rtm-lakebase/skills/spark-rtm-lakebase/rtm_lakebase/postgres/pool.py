@@ -15,8 +15,12 @@ pool mirrors the JVM sink's per-executor pool (``rtm_lakebase/jvm/PgConnector.ja
 - validated before use: an idle connection must answer ``SELECT 1`` within 2 s and be
   outside any transaction (one left in a transaction is rolled back when given back);
   a dead one is closed and the next tried, then a new one opened;
-- aged out: an idle connection opened more than ``max_age_s`` ago is closed instead of
-  reused (OAuth tokens rotate; a login is the only place Lakebase checks one), and a
+- aged out: an idle connection opened more than its maximum age ago is closed instead of
+  reused (OAuth tokens rotate; a login is the only place Lakebase checks one). Each
+  connection's age limit is ``max_age_s`` shortened by a random 0–10 % drawn when it
+  opens (``psycopg_pool`` shortens ``max_lifetime`` by 0–5 % the same way), so the
+  connections a query opened together do not all log in again at the same moment, and
+  none lives longer than ``max_age_s``. A
   daemon thread closes idle ones past that age every ``reap_every_s`` (30 s) even when no
   task comes to take them (a worker the scheduler stopped sending sink tasks to);
 - closed at process exit (``atexit``). Spark's daemon ends a forked worker with
@@ -35,6 +39,7 @@ import hmac
 import logging
 import os
 import pickle
+import random
 import select
 import threading
 import time
@@ -54,6 +59,8 @@ log = logging.getLogger(__name__)
 MAX_IDLE = 4
 #: Seconds a kept connection may live (since it was opened) before it is closed instead of reused.
 MAX_AGE_S = 1800.0
+#: Each connection's age limit is max_age_s × (1 − AGE_JITTER × a random number in [0, 1)).
+AGE_JITTER = 0.1
 #: Seconds an idle connection has to answer ``SELECT 1`` before it counts as dead.
 VALIDATE_TIMEOUT_S = 2.0
 
@@ -83,7 +90,7 @@ class _Idle:
     __slots__ = ("conn", "opened_at", "max_age_s")
 
     def __init__(self, conn: psycopg.Connection, opened_at: float, max_age_s: float):
-        self.conn, self.opened_at, self.max_age_s = conn, opened_at, max_age_s
+        self.conn, self.opened_at, self.max_age_s = conn, opened_at, max_age_s  # max_age_s: jittered
 
 
 class ConnectionPool:
@@ -91,16 +98,18 @@ class ConnectionPool:
 
     def __init__(self, max_idle: int = MAX_IDLE, clock: Callable[[], float] = time.monotonic,
                  opener: Callable[[ConnectionSettings], psycopg.Connection] | None = None,
-                 reap_every_s: float = REAP_EVERY_S):
+                 reap_every_s: float = REAP_EVERY_S, jitter: Callable[[], float] = random.random):
         if max_idle < 0:
             raise ValueError("max_idle must not be negative")
-        self.max_idle, self._clock, self.reap_every_s = max_idle, clock, reap_every_s
+        self.max_idle, self._clock, self.reap_every_s, self._jitter = max_idle, clock, reap_every_s, jitter
         self._reaper: threading.Thread | None = None
         self._open = opener or (lambda settings: connect(settings, autocommit=True))
         self._lock = threading.Lock()
         self._idle: dict[str, deque[_Idle]] = {}
-        # connection -> when it was opened (weak: a connection closed elsewhere just drops out)
-        self._opened_at: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+        # connection -> (when it was opened, its share of max_age_s in [0.9, 1]); weak: a connection
+        # closed elsewhere just drops out
+        self._opened_at: weakref.WeakKeyDictionary[psycopg.Connection, tuple[float, float]] = \
+            weakref.WeakKeyDictionary()
         self._salt = os.urandom(16)
         self._counts = dict.fromkeys(("opened", "reused", "closed_dead", "closed_old", "closed_full",
                                       "closed_failed"), 0)
@@ -131,10 +140,16 @@ class ConnectionPool:
         if conn is not None:
             return conn
         conn = self._open(settings)
+        share = 1.0 - AGE_JITTER * min(max(self._jitter(), 0.0), 1.0)
         with self._lock:
             self._counts["opened"] += 1
-            self._opened_at[conn] = self._clock()
+            self._opened_at[conn] = (self._clock(), share)
         return conn
+
+    def age_limit(self, conn: psycopg.Connection, max_age_s: float) -> float | None:
+        """Seconds ``conn`` may live, ``max_age_s`` shortened by its own jitter; None if not the pool's."""
+        opened = self._opened_at.get(conn)
+        return None if opened is None else max_age_s * opened[1]
 
     def take(self, settings: ConnectionSettings, max_age_s: float = MAX_AGE_S) -> psycopg.Connection | None:
         """An idle connection that is young enough and answers, or ``None``; others met on the way are closed."""
@@ -147,7 +162,8 @@ class ConnectionPool:
                 item = queue.popleft() if queue else None
             if item is None:
                 return None
-            if self._clock() - item.opened_at > max_age_s:
+            limit = self.age_limit(item.conn, max_age_s)
+            if self._clock() - item.opened_at > (item.max_age_s if limit is None else min(limit, item.max_age_s)):
                 self._drop(item.conn, "closed_old")
             elif not alive(item.conn):
                 self._drop(item.conn, "closed_dead")
@@ -162,11 +178,12 @@ class ConnectionPool:
         if conn is None:
             return
         key = self.key(settings)
-        opened_at = self._opened_at.get(conn)
-        if key is None or opened_at is None or max_age_s <= 0 or conn.closed:
+        opened = self._opened_at.get(conn)
+        if key is None or opened is None or max_age_s <= 0 or conn.closed:
             self._drop(conn, None)
             return
-        if self._clock() - opened_at > max_age_s:
+        opened_at, limit = opened[0], max_age_s * opened[1]
+        if self._clock() - opened_at > limit:
             self._drop(conn, "closed_old")
             return
         try:
@@ -181,7 +198,7 @@ class ConnectionPool:
         with self._lock:
             queue = self._idle.setdefault(key, deque())
             if len(queue) < self.max_idle:
-                queue.appendleft(_Idle(conn, opened_at, max_age_s))  # most recently used first
+                queue.appendleft(_Idle(conn, opened_at, limit))  # most recently used first
                 self._start_reaper()
                 return
         self._drop(conn, "closed_full")
@@ -287,4 +304,4 @@ atexit.register(POOL.close_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POOL.forget_inherited)
 
-__all__ = ["MAX_AGE_S", "MAX_IDLE", "POOL", "REAP_EVERY_S", "ConnectionPool", "PoolStats", "alive"]
+__all__ = ["AGE_JITTER", "MAX_AGE_S", "MAX_IDLE", "POOL", "REAP_EVERY_S", "ConnectionPool", "PoolStats", "alive"]

@@ -1,25 +1,28 @@
 """The sink's exceptions, and what retrying can change about a failure.
 
-Every failure of a write falls in one class (:func:`classify`):
+What a failure leads to is data, not code: ``outcomes.json`` beside this module
+is one ordered table of rules (SQLSTATE class or code, phase ``connect`` or
+``write``, outcome), read by this writer and by the JVM sink alike, so both
+engines treat every failure the same way (``tests/sink_parity`` checks it).
+:func:`outcome_rule` finds the rule for one failure; :func:`classify` maps its
+outcome to the :class:`Failure` the rest of the sink acts on:
 
-- ``CONNECTION`` — the connection was lost or the server restarted (no
-  SQLSTATE, class ``08``, ``57P01``-``57P03``, ``25006`` after a fail-over):
-  reconnect, back off, retry;
-- ``CONFLICT`` — deadlock, serialization failure, lock timeout (``40P01``,
-  ``40001``, ``55P03``): retry on the same connection, back off;
-- ``TIMEOUT`` — ``statement_timeout`` or a cancel (``57014``): permanent, the
-  flush is searched for one row that causes it within the flush's own time;
-- ``ROW`` — the data of some row (class ``22``, ``23``, ``21000``, program
-  limits ``54xxx`` such as an index row too big, and values psycopg cannot
-  send): permanent, the row is named by a :class:`BadRowError`;
-- ``PERMANENT`` — everything else (missing table or column, no privilege,
-  wrong password, disk full): permanent, a :class:`SinkError`.
+- ``reconnect`` → ``CONNECTION``: close, back off, connect again, retry;
+- ``retry`` → ``CONFLICT``: back off, retry on the same connection;
+- ``bad_row`` → ``ROW``, or ``TIMEOUT`` for a rule ``bounded_by_flush_time``
+  (lock and statement timeouts): not retried; the flush is searched for the
+  row that causes it (within the failed flush's own time for ``TIMEOUT``) and
+  a :class:`BadRowError` names it;
+- ``permanent`` → ``PERMANENT``: not retried, a :class:`SinkError`.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 import psycopg
@@ -31,6 +34,10 @@ class SinkError(RuntimeError):
 
 class SinkConnectionError(SinkError):
     """Could not connect, or the connection kept failing past the retry budget."""
+
+
+class FlushAbandoned(SinkError):
+    """The task failed while this flush ran; the flush was stopped unwritten (Spark replays its rows)."""
 
 
 class BadRowError(SinkError):
@@ -55,36 +62,52 @@ class Failure(enum.Enum):
     PERMANENT = "permanent"
 
 
-_CONNECTION_STATES = ("08", "57P01", "57P02", "57P03", "25006", "40003")
-_CONFLICT_STATES = ("40001", "40P01", "55P03")
-_ROW_STATES = ("22", "23", "21000", "54")
-_LOGIN_STATES = ("28", "3D000", "42501")
-_LOGIN_TEXT = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
-               "authentication failed", "permission denied")
+_FAILURE_OF = {"reconnect": Failure.CONNECTION, "retry": Failure.CONFLICT, "bad_row": Failure.ROW,
+               "permanent": Failure.PERMANENT}
+
+
+@lru_cache(maxsize=1)
+def outcome_table() -> dict[str, Any]:
+    """``outcomes.json``: the rules both sinks apply, first match wins."""
+    return json.loads(resources.files(__package__).joinpath("outcomes.json").read_text(encoding="utf-8"))
+
+
+def outcome_rule(sqlstate: str | None, phase: str, client: str | None = None, message: str = "") -> dict[str, Any]:
+    """The first rule of the table that matches; the default outcome when none does."""
+    table, text = outcome_table(), message.lower()
+    for rule in table["rules"]:
+        if rule["phase"] not in ("any", phase):
+            continue
+        code = rule.get("sqlstate")
+        if code is not None and not (sqlstate and (sqlstate == code or (len(code) == 2 and sqlstate[:2] == code))):
+            continue
+        if "client" in rule and (sqlstate or client != rule["client"]):
+            continue
+        if "message" in rule and not any(fragment in text for fragment in rule["message"]):
+            continue
+        return rule
+    return {"phase": "any", "outcome": table["default"], "why": "no rule matches"}
+
+
+def client_kind(exc: BaseException) -> str | None:
+    """What the driver detected, for a failure without a SQLSTATE (the table's ``clients``)."""
+    if isinstance(exc, psycopg.Error):
+        if getattr(exc, "sqlstate", None):
+            return None
+        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            return "connection_lost"
+        if isinstance(exc, (psycopg.DataError, psycopg.ProgrammingError)):
+            return "cannot_encode"  # psycopg could not send a value ("cannot adapt", mixed types)
+        return None
+    if isinstance(exc, (TypeError, ValueError, OverflowError, ArithmeticError)):
+        return "cannot_encode"  # raised while psycopg turned a Python value into bytes
+    return None
 
 
 def classify(exc: BaseException, connecting: bool = False) -> Failure:
     """What retrying can change about ``exc`` (raised by a connect when ``connecting``)."""
-    if not isinstance(exc, psycopg.Error):
-        # Raised while psycopg turned a Python value into bytes (bad text, mixed types...).
-        if isinstance(exc, (TypeError, ValueError, OverflowError, ArithmeticError)):
-            return Failure.ROW
-        return Failure.PERMANENT
-    state = getattr(exc, "sqlstate", None) or ""
-    if connecting and (state.startswith(_LOGIN_STATES)
-                       or any(text in str(exc).lower() for text in _LOGIN_TEXT)):
-        return Failure.PERMANENT
-    if state.startswith(_CONNECTION_STATES) or (connecting and state == "53300"):
-        return Failure.CONNECTION
-    if state.startswith(_CONFLICT_STATES):
-        return Failure.CONFLICT
-    if state == "57014":
+    sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
+    rule = outcome_rule(sqlstate, "connect" if connecting else "write", client_kind(exc), str(exc))
+    if rule["outcome"] == "bad_row" and rule.get("bounded_by_flush_time"):
         return Failure.TIMEOUT
-    if state.startswith(_ROW_STATES):
-        return Failure.ROW
-    if not state:
-        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
-            return Failure.CONNECTION  # detected by the client: the connection is gone
-        if isinstance(exc, (psycopg.DataError, psycopg.ProgrammingError)):
-            return Failure.ROW  # psycopg could not send a value ("cannot adapt", mixed types)
-    return Failure.PERMANENT
+    return _FAILURE_OF[rule["outcome"]]

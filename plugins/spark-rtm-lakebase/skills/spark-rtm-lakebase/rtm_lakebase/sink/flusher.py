@@ -12,9 +12,15 @@ Any error of the thread, whatever it is, is kept and raised by the next
 at ERROR at once, and ``on_failure(error)``, if given, is called at once and
 every half second until ``finish()``/``abort()`` (the writer uses it to make
 the Python worker report the error now: :mod:`~rtm_lakebase.sink.interrupt`). ``finish()``
-writes what is left and raises if any row was not written; ``abort()`` drops
-what is not yet being written. No row leaves the buffer without being
-written or an exception being raised.
+writes what is left and raises if any row was not written; ``abort()`` (the
+task failed) drops what is not yet being written and stops the flush in flight
+at once through ``cancel`` (no retry, no backoff sleep, the running statement
+cancelled); that flush is abandoned, not reported as a failed flush. No row
+leaves the buffer without being written or an exception being raised.
+
+The time comes from ``clock`` (``time.monotonic`` by default), so tests run the
+dwell timer on a clock of their own; :meth:`Flusher.wake` makes the thread look
+at the clock again.
 """
 
 from __future__ import annotations
@@ -34,15 +40,20 @@ log = logging.getLogger(__name__)
 class Flusher:
     def __init__(self, buffer: RowBuffer, write: Callable[[list[tuple], bool], None],
                  max_batch_rows: int, max_dwell_ms: int, name: str,
-                 on_failure: Callable[[BaseException], None] | None = None):
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 cancel: Callable[[], None] | None = None, clock: Callable[[], float] = time.monotonic):
         self.buffer = buffer
         self._write = write  # write(batch, by_timer); raises on failure
+        self._cancel = cancel  # stops the write in flight (called by abort() from another thread)
+        self._clock = clock
         self._max_rows = max_batch_rows
         self._dwell = max_dwell_ms / 1000
         self._lock = threading.Lock()  # taken directly on the hot path (a Condition adds a Python call)
         self._cond = threading.Condition(self._lock)
         self._queue: deque[tuple[list[tuple], bool]] = deque()  # [0] is being written
         self._stopping = False
+        self._aborted = False
+        self._writing = False  # a write is in flight
         self.error: BaseException | None = None
         self._on_failure = on_failure
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
@@ -56,7 +67,7 @@ class Flusher:
             buffer = self.buffer
             size = buffer.add(values)
             if buffer.oldest is None:  # the first row since the last hand-over: start the dwell timer
-                buffer.oldest = time.monotonic()
+                buffer.oldest = self._clock()
                 self._cond.notify_all()
             if size >= self._max_rows:
                 self._seal(by_timer=False)
@@ -80,17 +91,29 @@ class Flusher:
             if left:
                 raise SinkError(f"{left} row(s) were not written: the flusher thread stopped early")
 
-    def abort(self) -> None:
-        """Drop rows not yet being written (the task failed; Spark replays them), stop the thread."""
+    def abort(self) -> bool:
+        """The task failed: drop rows not yet written (Spark replays them), stop the write in flight, stop.
+
+        Returns True when a flush was in flight and was abandoned.
+        """
         with self._cond:
             while len(self._queue) > 1:
                 self._queue.pop()
             self.buffer.clear()
-            self._stopping = True
+            self._stopping = self._aborted = True
+            in_flight = self._writing
             self._cond.notify_all()
+        if in_flight and self._cancel is not None:
+            self._cancel()
         self._join()
         with self._cond:
             self._queue.clear()
+        return in_flight
+
+    def wake(self) -> None:
+        """Make the thread look at the clock again (a test moved its clock)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def _join(self) -> None:
         if self._thread is not threading.current_thread():
@@ -111,7 +134,11 @@ class Flusher:
             with self._cond:
                 if self.error is None:
                     self.error = exc
+                aborted = self._aborted
                 self._cond.notify_all()
+            if aborted:  # the task failed first: the writer's close() says so; this flush just stopped
+                log.debug("postgres sink: flush stopped after the task failed: %s", exc)
+                return
             log.error("postgres sink: flush failed; nothing more is written, and the task fails with this error "
                       "(within seconds on the fast foreach path; under stock foreach when this batch ends): %s",
                       exc)
@@ -138,19 +165,23 @@ class Flusher:
             while True:
                 if not self._queue:
                     oldest = self.buffer.oldest
-                    if oldest is not None and dwell and time.monotonic() >= oldest + dwell:
+                    if oldest is not None and dwell and self._clock() >= oldest + dwell:
                         self._seal(by_timer=True)
                         continue
                     if self._stopping:
                         return
-                    timeout = oldest + dwell - time.monotonic() if oldest is not None and dwell else None
+                    timeout = oldest + dwell - self._clock() if oldest is not None and dwell else None
                     self._cond.wait(timeout)
                     continue
+                if self._aborted:
+                    return
                 batch, by_timer = self._queue[0]
+                self._writing = True
                 self._cond.release()
                 try:
                     self._write(batch, by_timer)
                 finally:
                     self._cond.acquire()
+                    self._writing = False
                 self._queue.popleft()
                 self._cond.notify_all()

@@ -34,6 +34,7 @@ class SinkSettings:
     backoff_initial_ms: int = 250           # first retry delay; doubles, with jitter
     backoff_max_ms: int = 5000              # cap of one retry delay
     on_failure: Callable[[str], None] | None = None  # called once, on the executor, when a flush fails for good
+                                            # (or is abandoned because the task failed first)
     connection_max_age_s: float = 1800      # a task's connection serves the next tasks of its Python
                                             # worker until this old; 0 → a new connection per task
 # --8<-- [end:sink_settings]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from psycopg.adapt import PyFormat, Transformer
 from rtm_lakebase.postgres.connection import ConnectionSettings, connect, redact
 from rtm_lakebase.postgres.pool import POOL
 from rtm_lakebase.sink.diagnosis import FlushDiagnosis
-from rtm_lakebase.sink.errors import Failure, SinkConnectionError, SinkError, classify
+from rtm_lakebase.sink.errors import Failure, FlushAbandoned, SinkConnectionError, SinkError, classify
 from rtm_lakebase.sink.metrics import SinkMetrics
 from rtm_lakebase.sink.rows import ValueChecks
 from rtm_lakebase.sink.settings import SinkSettings
@@ -62,6 +63,8 @@ class PostgresTarget:
         self._diagnosis: FlushDiagnosis | None = None
         self._key_idx: tuple[int, ...] = ()
         self._fold_unicode = True
+        self._abandoned = threading.Event()  # set by abandon(): stop retrying, stop sleeping
+        self._in_statement = False
 
     # -- open / close -------------------------------------------------------------
     def open(self) -> None:
@@ -86,6 +89,24 @@ class PostgresTarget:
                 conn.close()
             except Exception:  # closing a broken connection must not hide the real error
                 log.debug("ignoring an error while closing the connection", exc_info=True)
+
+    def abandon(self) -> None:
+        """The task failed: stop the flush in flight now (from another thread).
+
+        A backoff sleep ends at once, no retry or row search starts, and a statement
+        running on the server is cancelled; the flush then raises :class:`FlushAbandoned`.
+        """
+        self._abandoned.set()
+        conn = self.conn
+        if conn is not None and self._in_statement and not conn.closed:
+            try:
+                conn.cancel_safe(timeout=5)
+            except Exception:  # the connection is discarded anyway; the flush stops at its next step
+                log.debug("could not cancel the statement in flight", exc_info=True)
+
+    def _stop_if_abandoned(self, what: str) -> None:
+        if self._abandoned.is_set():
+            raise FlushAbandoned(f"{what} on {self.description} abandoned: the task failed")
 
     def _connect(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
@@ -249,15 +270,21 @@ class PostgresTarget:
         """Run ``action(connection)``; retry what retrying can change, explain the rest."""
         s, attempt, started = self.settings, 0, time.monotonic()
         while True:
+            self._stop_if_abandoned(what)
             connecting = True
             began = time.monotonic()
             try:
                 conn = self._connect()
                 connecting = False
-                return action(conn)
+                self._in_statement = True
+                try:
+                    return action(conn)
+                finally:
+                    self._in_statement = False
             except (SinkError, KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # classified below
+                self._stop_if_abandoned(what)  # a cancelled statement is not a statement timeout
                 if connecting and not isinstance(exc, psycopg.Error):
                     raise  # settings that cannot work, a token source that failed: their own clear error
                 kind = classify(exc, connecting=connecting)
@@ -273,7 +300,7 @@ class PostgresTarget:
                             self.metrics.reconnects += 1
                     else:
                         self.metrics.conflict_retries += 1
-                    time.sleep(delay)
+                    self._abandoned.wait(delay)  # ends at once when the task fails meanwhile
                     continue
                 if kind is Failure.CONNECTION:
                     self.close()

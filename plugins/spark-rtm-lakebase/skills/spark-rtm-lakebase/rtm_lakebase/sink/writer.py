@@ -119,8 +119,8 @@ class PostgresForeachWriter:
         try:
             if flusher is not None and error is None:
                 flusher.finish()
-            elif flusher is not None:
-                flusher.abort()
+            elif flusher is not None and flusher.abort():
+                self._abandoned(error)
             ended_well = error is None
         finally:
             if self._target is not None:  # a failed task's connection is closed, a good one kept
@@ -144,8 +144,23 @@ class PostgresForeachWriter:
         self._layout = layout
         self._flusher = Flusher(buffer, target.write, s.max_batch_rows, s.max_dwell_ms,
                                 name=f"pg-sink-flusher-p{self.partition_id}",
-                                on_failure=self._failed if self._interrupt or s.on_failure else None)
+                                on_failure=self._failed if self._interrupt or s.on_failure else None,
+                                cancel=target.abandon)
         return self._flusher
+
+    def _abandoned(self, error: BaseException) -> None:
+        """The task failed while a flush ran: that flush was stopped unwritten. Say so, once."""
+        what = f"{type(error).__name__}: {self._target.redact(error) if self._target else error}"
+        message = (f"postgres sink: the task failed ({what}); the flush in flight to "
+                   f"{self._target.description if self._target else '?'} was abandoned unwritten "
+                   "(Spark replays its rows)")
+        log.warning("%s", message)
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            try:
+                hook(message)
+            except Exception as exc:
+                log.warning("postgres sink: on_failure raised %r", exc)
 
     def _failed(self, error: BaseException) -> None:
         """Called by the flusher thread once a flush failed for good, then every 0.5 s until close()."""
