@@ -29,7 +29,14 @@ import psycopg
 
 
 class SinkError(RuntimeError):
-    """The sink could not write; the message says why (secrets redacted)."""
+    """The sink could not write; the message says why (secrets redacted); ``sqlstate`` is the server's code, if any."""
+
+    def __init__(self, message: str = "", sqlstate: str | None = None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.sqlstate))
 
 
 class SinkConnectionError(SinkError):
@@ -45,10 +52,9 @@ class BadRowError(SinkError):
 
     def __init__(self, message: str, key: Mapping[str, Any] | None = None,
                  column: str | None = None, sqlstate: str | None = None):
-        super().__init__(message)
+        super().__init__(message, sqlstate)
         self.key = dict(key) if key is not None else None
         self.column = column
-        self.sqlstate = sqlstate
 
     def __reduce__(self):
         return (BadRowError, (str(self), self.key, self.column, self.sqlstate))

@@ -288,6 +288,7 @@ class PostgresTarget:
                 if connecting and not isinstance(exc, psycopg.Error):
                     raise  # settings that cannot work, a token source that failed: their own clear error
                 kind = classify(exc, connecting=connecting)
+                sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
                 if kind in (Failure.CONNECTION, Failure.CONFLICT) and attempt < s.max_retries:
                     attempt += 1
                     delay = backoff_seconds(attempt, s.backoff_initial_ms, s.backoff_max_ms)
@@ -306,18 +307,19 @@ class PostgresTarget:
                     self.close()
                     raise SinkConnectionError(
                         f"{what} failed after {attempt + 1} attempts in {time.monotonic() - started:.1f} s "
-                        f"({self.connection.describe()}): {self.redact(exc)}") from None
+                        f"({self.connection.describe()}): {self.redact(exc)}", sqlstate) from None
                 if connecting:  # wrong password, unknown database...: retrying cannot help
                     self.close()
                     raise SinkConnectionError(f"cannot connect to Postgres ({self.connection.describe()}): "
-                                              f"{self.redact(exc)}") from None
+                                              f"{self.redact(exc)}", sqlstate) from None
                 if kind is Failure.CONFLICT:
                     raise SinkError(f"flush to {self.description} still hit a {kind.value} after {attempt + 1} "
-                                    f"attempts: {self.redact(exc)}") from None
+                                    f"attempts: {self.redact(exc)}", sqlstate) from None
                 if batch is not None and kind in (Failure.ROW, Failure.TIMEOUT):
                     budget = time.monotonic() - began if kind is Failure.TIMEOUT else None
                     raise self._diagnosis.explain(self.conn, batch, exc, budget) from None
-                raise SinkError(f"{what} on {self.description} failed (not retried): {self.redact(exc)}") from None
+                raise SinkError(f"{what} on {self.description} failed (not retried): {self.redact(exc)}",
+                                sqlstate) from None
 
     def redact(self, exc: object) -> str:
         secret = getattr(self.connection, "password", None)

@@ -61,6 +61,7 @@ GENERATORS: dict[str, Generator] = {
     "fast-foreach": Generator("benchmarks/rate_sweep.py", "fast_foreach_table", "benchmarks/results/rate_sweep.json"),
     "support-matrix": Generator("pack_lab/support_matrix.py", "markdown_block",
                                 "tests/data/support_matrix_results.json"),
+    "sink-outcomes": Generator("pack_lab/outcome_doc.py", "markdown_table", "rtm_lakebase/sink/outcomes.json"),
 }
 
 MARKER_RE = re.compile(r"^[ \t]{0,3}<!--[ \t]*(?P<end>/)?generated:(?P<name>[^\s>]*)[ \t]*-->[ \t]*$")

@@ -145,9 +145,9 @@ def test_claude_code_plugin_route(clients, clone, tmp_path):
 
 
 def _user_package(folder: Path) -> set[str]:
-    """The user's package as shipped: every .py and .java under rtm_lakebase/ (checker and JVM source included)."""
+    """The user's package as shipped: every .py, .java and .json under rtm_lakebase/ (checker and JVM source included)."""
     return {p.relative_to(folder).as_posix() for p in (folder / "rtm_lakebase").rglob("*")
-            if p.suffix in (".py", ".java") and "__pycache__" not in p.parts and "build" not in p.parts}
+            if p.suffix in (".py", ".java", ".json") and "__pycache__" not in p.parts and "build" not in p.parts}
 
 
 def test_claude_code_validator_passes_the_plugin_and_the_marketplace(clients, clone, tmp_path):

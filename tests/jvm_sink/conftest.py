@@ -73,6 +73,19 @@ def wait_until(predicate, query=None, timeout: float = 90.0, what: str = "condit
         time.sleep(interval)
 
 
+def message_facts(message: str) -> dict:
+    """The facts both sinks put in a failure's message: the row's key, the column, the SQLSTATE.
+
+    Both write ``row with key K rejected at column C (type): reason [SQLSTATE X]``; tests
+    compare these facts, not the sentence around them.
+    """
+    key = re.search(r"row with key (.+?) rejected", message)
+    column = re.search(r"rejected at column ([^\s:(]+)", message)
+    state = re.search(r"\[SQLSTATE ([0-9A-Z]{5})\]", message)
+    return {"key": key.group(1) if key else None, "column": column.group(1) if column else None,
+            "sqlstate": state.group(1) if state else None}
+
+
 def query_error(query, timeout: float = 120.0) -> str:
     """The message the query died with (fails if it is still running after ``timeout``)."""
     try:

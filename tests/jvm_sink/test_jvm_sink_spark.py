@@ -20,7 +20,7 @@ from pack_lab.foreach_lab import reported_error
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
 from rtm_lakebase.jvm.sink import build_jvm_writer, start_jvm_sink_query
 from rtm_lakebase.sink.statements import create_table_sql
-from tests.jvm_sink.conftest import query_error, require_password_auth, wait_until
+from tests.jvm_sink.conftest import message_facts, query_error, require_password_auth, wait_until
 from tests.sink.helpers import make_table, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -314,9 +314,9 @@ def test_bad_row_is_named_by_key_and_column_and_its_flush_is_not_written(
         message = query_error(query)
     finally:
         query.stop()
-    key = "id=null" if bad["id"] is None else "id=7"
-    assert f"row with key {key} rejected" in message
-    assert f"at column {column}" in message and reason in message
+    facts = message_facts(message)
+    assert facts["key"] == ("id=null" if bad["id"] is None else "id=7"), message
+    assert facts["column"] == column and reason in message, message
     assert [r[0] for r in table_rows(pg_conn, table_name)] == [0, 1, 2, 3, 4]  # nothing of the bad flush
 
 
@@ -330,7 +330,7 @@ def test_bad_row_under_real_time_mode_stops_the_query_with_its_name(jvm_spark, p
         message = query_error(query)
     finally:
         query.stop()
-    assert "row with key id=3 rejected at column name (character varying(20))" in message
+    assert message_facts(message) == {"key": "id=3", "column": "name", "sqlstate": "22001"}, message
 
 
 def test_a_failed_flush_fails_a_real_time_query_in_seconds_not_at_the_batch_end(jvm_spark, pg_dsn, pg_conn,

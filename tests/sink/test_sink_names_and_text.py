@@ -60,8 +60,9 @@ def test_python_sink_refuses_two_fields_that_are_one_column(pg_dsn, pg_conn):
     try:
         writer = PostgresForeachWriter(pg_dsn, SinkSettings(table=table, schema="public"))
         writer.open(0, 0)
-        with pytest.raises(SinkError, match="one column in Postgres, which cuts names to 63 bytes") as info:
+        with pytest.raises(SinkError) as info:
             writer.process({"id": 1, LONG_COLUMN: "a", LONG_COLUMN + "2": "b"})
+        assert LONG_COLUMN in str(info.value) and LONG_COLUMN + "2" in str(info.value)  # both fields named
         writer.close(info.value)
     finally:
         pg_conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtm_lakebase.deprecated_names import take_old_names
+from rtm_lakebase.sink.deprecated_names import take_old_names
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame

@@ -204,6 +204,9 @@ final class Flusher {
         } catch (RuntimeException e) {
             failure = e;
         } catch (InterruptedException e) {
+            if (aborted) {
+                return;  // abort() woke the idle thread: nothing was in flight
+            }
             failure = new PostgresSinkException("the flusher thread of " + target + " was interrupted");
         } catch (Error e) {
             failure = new PostgresSinkException("flush to " + target + " failed: " + e);

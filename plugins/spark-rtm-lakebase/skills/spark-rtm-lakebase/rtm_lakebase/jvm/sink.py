@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from rtm_lakebase.deprecated_names import take_old_names
 from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
+from rtm_lakebase.sink.deprecated_names import take_old_names
 from rtm_lakebase.sink.settings import SinkSettings
 from rtm_lakebase.sink.statements import split_table_name
 
@@ -299,7 +299,8 @@ def jvm_options(settings: SinkSettings) -> dict[str, str]:
               "version_column": s.version_column, "skip_unchanged": str(bool(s.skip_unchanged)).lower(),
               "max_batch_rows": str(s.max_batch_rows), "max_dwell_ms": str(s.max_dwell_ms),
               "max_retries": str(s.max_retries), "backoff_initial_ms": str(s.backoff_initial_ms),
-              "backoff_max_ms": str(s.backoff_max_ms), "connection_max_age_s": str(int(age) if float(age).is_integer() else age)}
+              "backoff_max_ms": str(s.backoff_max_ms),
+              "connection_max_age_s": str(int(age) if float(age).is_integer() else age)}
     if s.schema is None and split_table_name(s.table) != (None, s.table):
         values["table"] = '"' + s.table.replace('"', '""') + '"'  # read back as this one exact name
     return {JVM_OPTIONS[name]: value for name, value in values.items() if value is not None}

@@ -52,16 +52,16 @@ class FlushDiagnosis:
         except Exception as diag_exc:  # the original error is what matters
             log.debug("diagnosis of a failed flush failed", exc_info=True)
             return SinkError(f"flush to {self.target_desc} failed: {self._reason(exc)} (finding the row failed: "
-                             f"{self._reason(diag_exc)}); nothing of this flush was written")
+                             f"{self._reason(diag_exc)}); nothing of this flush was written", sqlstate)
         if found is not None:
             return found
         if budget_s is not None:
-            return SinkError(f"flush to {self.target_desc} of {len(batch)} rows ran past the statement timeout "
+            return SinkError(f"flush to {self.target_desc} of {len(batch)} rows ran past its time limit "
                              f"({self._reason(exc)}) and no single row does alone; not retried: lower "
-                             "max_batch_rows or raise statement_timeout; nothing of this flush was written")
+                             "max_batch_rows or raise statement_timeout; nothing of this flush was written", sqlstate)
         return SinkError(f"flush to {self.target_desc} failed but no single row fails alone (keys distinct "
                          f"in Python but equal in Postgres?): {self._reason(exc)}"
-                         f"{f' [SQLSTATE {sqlstate}]' if sqlstate else ''}; nothing of this flush was written")
+                         f"{f' [SQLSTATE {sqlstate}]' if sqlstate else ''}; nothing of this flush was written", sqlstate)
 
     def _replay(self, conn: psycopg.Connection, batch: list[tuple], budget_s: float | None) -> BadRowError | None:
         deadline = time.monotonic() + budget_s if budget_s is not None else None
