@@ -105,7 +105,7 @@ def test_a_login_that_cannot_work_fails_at_once(jvm_spark, pg_dsn, change, says)
     settings = ConnectionSettings.from_dsn(pg_dsn, password="s3cret-never-shown", **change)
     writer = build_jvm_writer(jvm_spark, dsn=settings, table="t", max_retries=5,
                               backoff_initial_ms=60_000)  # a retry would sleep ≥ 30 s
-    with pytest.raises(Exception) as info:  # noqa: PT011 - Py4JJavaError carrying PostgresSinkException
+    with pytest.raises(Exception) as info:  # Py4JJavaError carrying PostgresSinkException
         writer.open(0, 0)
     message = str(info.value).lower()
     assert "postgressinkexception: cannot connect to postgres" in message, message[:2000]

@@ -25,7 +25,7 @@ def _writer(spark, **options):
 
 def _refused(spark, **options) -> str:
     """The message of the IllegalArgumentException the constructor throws (PySpark converts it)."""
-    with pytest.raises(Exception) as info:  # noqa: PT011 - PySpark's IllegalArgumentException or Py4JJavaError
+    with pytest.raises(Exception) as info:  # PySpark's IllegalArgumentException or Py4JJavaError
         _writer(spark, **options)
     java = getattr(info.value, "java_exception", None)
     return str(java.getMessage()) if java is not None else str(info.value)
