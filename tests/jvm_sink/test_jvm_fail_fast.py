@@ -18,41 +18,14 @@ from psycopg import sql
 from rtm_lakebase.jvm import build_jvm_writer
 from rtm_lakebase.postgres.connection import ConnectionSettings
 from tests.jvm_sink.jvm_rows import java_row
-from tests.sink.helpers import make_table, table_rows
+from tests.sink.helpers import HANG, close_in_thread, lock_waits, make_table, table_rows, wait_lock_wait
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
-HANG = 120  # seconds: only a missing cancel would take this long
 DDL = "id BIGINT, version BIGINT, name STRING"
 
 
 def retries(writer) -> int:
     return int(re.search(r"\bretries=(\d+)", writer.metrics()).group(1))
-
-
-def close_in_thread(writer, error) -> list[BaseException]:
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def run():
-        try:
-            writer.close(error)
-        except BaseException as exc:  # reported to the test
-            failure.append(exc)
-        done.set()
-
-    threading.Thread(target=run, daemon=True).start()
-    assert done.wait(HANG), "close(error) hung on the flush in flight"
-    return failure
-
-
-def wait_lock_wait(conn, app: str) -> None:
-    for _ in range(HANG * 10):
-        found = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                             "AND wait_event_type = 'Lock'", (app,)).fetchone()[0]
-        if found:
-            return
-        threading.Event().wait(0.1)
-    raise AssertionError("the writer's flush never waited on the lock")
 
 
 def test_close_with_an_error_cancels_a_flush_blocked_on_a_lock(jvm_spark, pg_dsn, pg_conn, table_name):
@@ -69,8 +42,7 @@ def test_close_with_an_error_cancels_a_flush_blocked_on_a_lock(jvm_spark, pg_dsn
         wait_lock_wait(pg_conn, app)
         failure = close_in_thread(writer, jvm_spark.sparkContext._jvm.java.lang.RuntimeException("executor lost"))
         # The lock is still held: only a cancelled statement lets the sink's backend stop waiting.
-        assert pg_conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                               "AND wait_event_type = 'Lock'", (app,)).fetchone()[0] == 0
+        assert lock_waits(pg_conn, app) == 0
         holder.rollback()
     assert failure == []  # close(error) itself raises nothing; Spark raises the task's error
     assert table_rows(pg_conn, table_name) == [(1, 1, "held")]  # the abandoned flush wrote nothing
