@@ -8,8 +8,10 @@
 #
 # - Each jar goes to its build/ folder (git-ignored). It is rebuilt only when its sources,
 #   javac or pyspark change (a content stamp); a .sha256 file next to it records the sources'
-#   hash (the .java files concatenated in name order), which the Python side
-#   (rtm_lakebase.jvm.sink, rtm_lakebase.foreach) checks before using the jar.
+#   hash (the .java files concatenated in name order, then its resource files), which the Python
+#   side (rtm_lakebase.jvm.sink, rtm_lakebase.foreach) checks before using the jar.
+# - The JVM sink's jar also carries rtm_lakebase/sink/outcomes.json (as rtm_lakebase/jvm/outcomes.json):
+#   the table of failure outcomes both sinks read.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink
@@ -19,17 +21,24 @@ if [ -z "${BASH_VERSION:-}" ]; then echo "build_jvm_sink.sh: run it with bash" >
 _jvm_sink_sourced=1
 [ "${BASH_SOURCE[0]}" = "$0" ] && _jvm_sink_sourced=0
 
-# _jvm_compile SRC_DIR BUILD_DIR NAME LABEL: javac every SRC_DIR/*.java against pyspark's jars into
-# BUILD_DIR/NAME.jar (+ NAME.sha256, the sources' hash), unless the content stamp says it is current.
+# _jvm_compile SRC_DIR BUILD_DIR NAME LABEL [JAR_DIR:FILE...]: javac every SRC_DIR/*.java against
+# pyspark's jars into BUILD_DIR/NAME.jar (+ NAME.sha256, the sources' hash), each FILE stored in the
+# jar under JAR_DIR/, unless the content stamp says it is current.
 # Uses $root, $javac_bin, $jars_dir and $py from _jvm_sink_build.
 _jvm_compile() {
-  local src_dir="$1" build="$2" name="$3" label="$4" srcs jar stamp_file sha_file tmp src_sha stamp
+  local src_dir="$1" build="$2" name="$3" label="$4" srcs jar stamp_file sha_file tmp src_sha stamp res res_files
+  shift 4
   srcs=()
+  res_files=()
   while IFS= read -r _f; do srcs+=("$_f"); done < <(LC_ALL=C ls -1 "$src_dir"/*.java)
+  for res in "$@"; do
+    [ -f "${res#*:}" ] || { _jvm_say "${res#*:} is missing; cannot build $label"; return 1; }
+    res_files+=("${res#*:}")
+  done
   jar="$build/$name.jar"
   stamp_file="$build/.build-stamp"
   sha_file="$build/$name.sha256"
-  src_sha="$(cat "${srcs[@]}" | sha256sum | cut -d' ' -f1)"
+  src_sha="$(cat "${srcs[@]}" "${res_files[@]}" | sha256sum | cut -d' ' -f1)"
   stamp="$src_sha $("$javac_bin" -version 2>&1 | head -n 1) $(ls "$jars_dir" | grep -E '^spark-sql-api_' || true)"
   if [ -f "$jar" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ]; then
     return 0
@@ -43,6 +52,9 @@ _jvm_compile() {
     _jvm_say "javac failed on ${src_dir#"$root"/}/*.java (messages above)"
     return 1
   fi
+  for res in "$@"; do
+    mkdir -p "$tmp/classes/${res%%:*}" && cp "${res#*:}" "$tmp/classes/${res%%:*}/"
+  done
   # Compiler warnings about Spark's own annotations are noise; anything about our files is shown.
   grep -F "${src_dir#"$root"/}/" "$tmp/javac.log" >&2 || true
   (cd "$tmp/classes" && "$py" -c '
@@ -113,7 +125,8 @@ _jvm_sink_build() {
   jars_dir="$("$py" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)" \
     || { _jvm_say "pyspark is not importable with $py; cannot build the JVM sink"; return 1; }
   [ -d "$jars_dir" ] || { _jvm_say "pyspark's jars folder $jars_dir is missing; cannot build the JVM sink"; return 1; }
-  _jvm_compile "$root/rtm_lakebase/jvm" "$root/rtm_lakebase/jvm/build" rtm-lakebase-jvm-sink "the JVM sink" || return 1
+  _jvm_compile "$root/rtm_lakebase/jvm" "$root/rtm_lakebase/jvm/build" rtm-lakebase-jvm-sink "the JVM sink" \
+    "rtm_lakebase/jvm:$root/rtm_lakebase/sink/outcomes.json" || return 1
   _jvm_compile "$root/rtm_lakebase/foreach" "$root/rtm_lakebase/foreach/build" rtm-lakebase-foreach \
     "the fast foreach writer" || return 1
   _jvm_compile "$root/pack_lab/jvm" "$root/pack_lab/jvm/build" rtm-lab-rate-source "lab rate source" || return 1

@@ -31,6 +31,7 @@ _PUBLISHED = (
     "rtm_lakebase/*/*.py",
     "rtm_lakebase/*/*/*.py",
     "rtm_lakebase/*/*.java",
+    "rtm_lakebase/*/*.json",
     "upstream/*/*.md",
     "upstream/*/*.py",
     "upstream/*/*.patch",

@@ -95,6 +95,7 @@ def test_package_holds_the_skill_the_users_package_and_examples_only(package):
     # the JVM sink ships as source (the user compiles it), never as a build output
     assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in files
     assert "rtm_lakebase/foreach/LowLatencyPythonForeachWriter.java" in files  # the fast foreach writer too
+    assert "rtm_lakebase/sink/outcomes.json" in files  # the failure outcomes both sinks read (and the jar holds)
     assert not [f for f in files if f.endswith((".jar", ".class", ".pyc"))]
 
 

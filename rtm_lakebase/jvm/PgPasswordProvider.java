@@ -28,26 +28,26 @@ public interface PgPasswordProvider {
             } catch (ClassNotFoundException e) {
                 // try the next loader
             } catch (LinkageError e) {
-                throw new PostgresForeachWriter.PostgresSinkException("passwordprovider " + className
+                throw new Errors.PostgresSinkException("password_provider " + className
                     + " could not be loaded: " + e.getClass().getName());
             }
         }
         if (found == null) {
-            throw new PostgresForeachWriter.PostgresSinkException("passwordprovider class " + className
+            throw new Errors.PostgresSinkException("password_provider class " + className
                 + " is not on the classpath: add its jar to spark.jars");
         }
         if (!PgPasswordProvider.class.isAssignableFrom(found)) {
-            throw new PostgresForeachWriter.PostgresSinkException("passwordprovider " + className
+            throw new Errors.PostgresSinkException("password_provider " + className
                 + " does not implement " + PgPasswordProvider.class.getName());
         }
         try {
             return (PgPasswordProvider) found.getDeclaredConstructor().newInstance();
         } catch (NoSuchMethodException e) {
-            throw new PostgresForeachWriter.PostgresSinkException("passwordprovider " + className
+            throw new Errors.PostgresSinkException("password_provider " + className
                 + " has no public no-argument constructor");
         } catch (ReflectiveOperationException | RuntimeException e) {
             Throwable cause = e.getCause() != null ? e.getCause() : e;
-            throw new PostgresForeachWriter.PostgresSinkException("passwordprovider " + className
+            throw new Errors.PostgresSinkException("password_provider " + className
                 + " could not be created: " + cause.getClass().getName() + " (its message is not shown: it may hold a secret)");
         }
     }

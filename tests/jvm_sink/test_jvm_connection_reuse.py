@@ -7,6 +7,7 @@ meanwhile is found dead before use and replaced, with no row lost.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -128,9 +129,43 @@ def test_age_zero_switches_reuse_off(jvm_spark, pg_dsn, pg_conn, table_name, che
     wait_until(lambda: not _sink_connections(pg_conn, app), None, 10, "no session kept idle")
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "60", 2**31])
-def test_connection_max_age_must_be_whole_seconds(jvm_spark, pg_dsn, bad):
+@pytest.mark.parametrize("bad", [-1, True, "60", 2**31])
+def test_connection_max_age_must_be_seconds(jvm_spark, pg_dsn, bad):
     from rtm_lakebase.jvm import build_jvm_writer
 
-    with pytest.raises(ValueError, match="connection_max_age_s must be a whole number of seconds"):
+    with pytest.raises(ValueError, match="connection_max_age_s must be a number of seconds"):
         build_jvm_writer(jvm_spark, dsn=pg_dsn, table="t", connection_max_age_s=bad)
+
+
+def test_the_pool_key_is_a_keyed_hash_holding_no_secret(jvm_spark):
+    pool = jvm_spark.sparkContext._jvm.rtm_lakebase.jvm.PgConnector
+    url, secret = "jdbc:postgresql://127.0.0.1:5432/db", "S3cret-pw"
+    key = pool.key(url, "u", secret)
+    assert re.fullmatch(r"[0-9a-f]{64}", key)  # HMAC-SHA256, hex
+    java_hash = 0
+    for ch in secret:  # String.hashCode(), what the pool used to keep
+        java_hash = (31 * java_hash + ord(ch)) & 0xFFFFFFFF
+    assert secret not in key and url not in key and format(java_hash, "x") not in key
+    assert key == pool.key(url, "u", secret)  # one target, one key (per JVM)
+    assert len({key, pool.key(url, "u", "other"), pool.key(url, "v", secret), pool.key(url + "2", "u", secret),
+                pool.key(url, "u", None)}) == 5
+
+
+def test_connection_age_limits_are_spread_below_the_maximum(jvm_spark, pg_dsn, table_name, pg_conn):
+    """Four connections of one query get four age limits within 10 % below connection_max_age_s."""
+    from rtm_lakebase.jvm import build_jvm_writer
+
+    make_table(pg_conn, table_name)
+    pool = jvm_spark.sparkContext._jvm.rtm_lakebase.jvm.PgConnector
+    pool.closeAll()
+    writers = [build_jvm_writer(jvm_spark, dsn=pg_dsn, table=table_name, connection_max_age_s=1000)
+               for _ in range(4)]
+    for partition, writer in enumerate(writers):  # all open at once: four new connections
+        assert writer.open(partition, 0)
+    for writer in writers:
+        writer.close(None)  # each gives its healthy connection back to the pool
+    limits = sorted(pool.idleAgeLimitsMs())
+    pool.closeAll()
+    assert len(limits) == 4
+    assert all(900_000 <= limit <= 1_000_000 for limit in limits), limits  # never longer than the maximum
+    assert len(set(limits)) > 1, limits  # not all at the same moment

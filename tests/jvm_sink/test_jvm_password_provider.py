@@ -1,4 +1,4 @@
-"""The JVM sink's token hook (rtm_lakebase/jvm/PgPasswordProvider.java, option passwordprovider).
+"""The JVM sink's token hook (rtm_lakebase/jvm/PgPasswordProvider.java, option password_provider).
 
 A provider class compiled here (javac into a temporary folder, loaded through the task thread's
 context class loader as a jar on spark.jars would be) gives the password at every new connection:
@@ -124,15 +124,15 @@ def test_the_provider_gives_the_password_at_connect_and_at_reconnect(provider_lo
     assert count() == 2
     assert calls.getField("calls").getInt(None) >= 2  # first connect and the reconnect
     shown = writer.toString() + writer.metrics()
-    assert "passwordprovider=rtm_test.PropertyProvider" in shown
+    assert "password_provider=rtm_test.PropertyProvider" in shown
     assert TOKEN_1 not in shown and TOKEN_2 not in shown
     assert TOKEN_1 not in auth_server.logfile.read_text() and TOKEN_2 not in auth_server.logfile.read_text()
 
 
 @pytest.mark.parametrize("cls, match", [
-    ("rtm_test.FailingProvider", "passwordprovider rtm_test.FailingProvider failed: java.lang.IllegalStateException"),
+    ("rtm_test.FailingProvider", "password_provider rtm_test.FailingProvider failed: java.lang.IllegalStateException"),
     ("rtm_test.NotAProvider", "does not implement rtm_lakebase.jvm.PgPasswordProvider"),
-    ("rtm_test.Missing", "passwordprovider class rtm_test.Missing is not on the classpath"),
+    ("rtm_test.Missing", "password_provider class rtm_test.Missing is not on the classpath"),
 ])
 def test_a_provider_that_cannot_give_a_password_fails_in_one_line_without_the_secret(
         provider_loader, jvm_spark, auth_server, table_name, cls, match):

@@ -84,6 +84,9 @@ def test_stale_jar_is_refused_until_rebuilt(monkeypatch, tmp_path):
     monkeypatch.delenv("RTM_JVM_SINK_JAR", raising=False)
     monkeypatch.setattr(jvm_sink, "DEFAULT_JAR", jar)
     monkeypatch.setattr(jvm_sink, "SOURCE_FILE", source)
+    outcomes = tmp_path / "outcomes.json"  # the outcome table is in the jar, so it counts too
+    outcomes.write_text("{}")
+    monkeypatch.setattr(jvm_sink, "OUTCOMES_FILE", outcomes)
     monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "postgresql.jar")
     (tmp_path / "postgresql.jar").write_bytes(b"PK")
     monkeypatch.delenv("PG_JDBC_JAR", raising=False)
@@ -91,6 +94,9 @@ def test_stale_jar_is_refused_until_rebuilt(monkeypatch, tmp_path):
     with pytest.raises(JvmSinkUnavailable, match="older than PostgresForeachWriter.java"):
         jvm_sink_jars()
     jar.with_suffix(".sha256").write_text(hashlib.sha256(source.read_bytes()).hexdigest())
+    with pytest.raises(JvmSinkUnavailable, match="older than"):
+        jvm_sink_jars()
+    jar.with_suffix(".sha256").write_text(hashlib.sha256(source.read_bytes() + b"{}").hexdigest())
     assert jvm_sink_jars() == [str(jar), str(tmp_path / "postgresql.jar")]
 
 
@@ -147,14 +153,14 @@ def test_spark_connect_dataframe_is_refused_with_the_reason():
 @pytest.mark.parametrize("kwargs, match", [
     ({"mode": "merge"}, "mode must be one of"),
     ({"max_batch_rows": 0}, "max_batch_rows"),
-    ({"max_dwell_ms": 0}, "max_dwell_ms"),
+    ({"max_dwell_ms": -1}, "max_dwell_ms"),  # 0 is allowed: no time-based flushes, as in the Python writer
     ({"max_dwell_ms": 1.5}, "max_dwell_ms"),
     ({"mode": "append", "version_column": "v"}, "version_column"),
     ({"mode": "append", "key_columns": ("id",)}, "key_columns"),
     ({"table": ""}, "table"),
     ({"table": "a.b.c"}, "table"),
     ({"key_columns": "id"}, "key_columns"),
-    ({"connection_max_age_s": 1.5}, "connection_max_age_s"),
+    ({"connection_max_age_s": -1}, "connection_max_age_s"),
 ])
 def test_bad_settings_fail_before_touching_the_jvm(kwargs, match):
     options = {"dsn": "host=h dbname=d", "table": "t", **kwargs}
@@ -188,7 +194,7 @@ def test_table_is_read_as_schema_dot_table_and_sent_parsed(table, schema, dbtabl
     from rtm_lakebase.sink import SinkSettings
 
     options = jvm_options(SinkSettings(table=table, schema=schema))
-    assert options["dbtable"] == dbtable
+    assert options["table"] == dbtable
     assert options.get("schema") == jschema
 
 
@@ -199,10 +205,10 @@ def test_every_knob_travels_under_its_jvm_option():
     options = jvm_options(SinkSettings(table="s.t", key_columns=("a", "b,c"), version_column="v",
                                        skip_unchanged=False, max_batch_rows=7, max_dwell_ms=9, max_retries=2,
                                        backoff_initial_ms=3, backoff_max_ms=4, connection_max_age_s=5))
-    assert options == {"dbtable": "t", "schema": "s", "mode": "upsert", "upsertkey": 'a,"b,c"',
-                       "versioncolumn": "v", "skipunchanged": "false", "batchsize": "7",
-                       "batchinterval": "9 milliseconds", "maxretries": "2", "backoffinitialms": "3",
-                       "backoffmaxms": "4", "connectionmaxageseconds": "5"}
+    assert options == {"table": "t", "schema": "s", "mode": "upsert", "key_columns": 'a,"b,c"',
+                       "version_column": "v", "skip_unchanged": "false", "max_batch_rows": "7",
+                       "max_dwell_ms": "9", "max_retries": "2", "backoff_initial_ms": "3",
+                       "backoff_max_ms": "4", "connection_max_age_s": "5"}
     assert set(options) == set(JVM_OPTIONS.values())
 
 

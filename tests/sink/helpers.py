@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -141,3 +142,38 @@ def pool_records(path) -> list[dict]:
 
     file = Path(path)
     return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
+#: Seconds a fail-fast test waits before calling it a hang (only a missing cancel would take this long).
+HANG = 120
+
+
+def close_in_thread(writer, error) -> list[BaseException]:
+    """``writer.close(error)`` in a thread (either sink's writer); fails the test if it hangs; what it raised."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run():
+        try:
+            writer.close(error)
+        except BaseException as exc:  # reported to the test
+            failure.append(exc)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(HANG), "close(error) hung on the flush in flight"
+    return failure
+
+
+def wait_lock_wait(conn: psycopg.Connection, app: str) -> None:
+    """Poll pg_stat_activity until a backend of ``app`` waits on a lock."""
+    for _ in range(HANG * 10):
+        if lock_waits(conn, app):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the writer's flush never waited on the lock")
+
+
+def lock_waits(conn: psycopg.Connection, app: str) -> int:
+    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                        "AND wait_event_type = 'Lock'", (app,)).fetchone()[0]

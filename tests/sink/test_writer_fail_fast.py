@@ -16,41 +16,13 @@ from psycopg import sql
 
 from rtm_lakebase.postgres.connection import ConnectionSettings
 from rtm_lakebase.sink import PostgresForeachWriter, SinkConnectionError, SinkSettings
-from tests.sink.helpers import make_table, table_rows
+from tests.sink.helpers import HANG, close_in_thread, make_table, table_rows, wait_lock_wait
 
 pytestmark = pytest.mark.postgres
-HANG = 120  # seconds: only a missing cancel would take this long
 
 
 def writer(connection, table, **options):
     return PostgresForeachWriter(connection, SinkSettings(table=table, **options))
-
-
-def close_in_thread(w, error):
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def run():
-        try:
-            w.close(error)
-        except BaseException as exc:  # reported to the test
-            failure.append(exc)
-        done.set()
-
-    threading.Thread(target=run, daemon=True).start()
-    assert done.wait(HANG), "close(error) hung on the flush in flight"
-    return failure
-
-
-def wait_statement(conn, app: str, state: str = "active") -> None:
-    """Poll pg_stat_activity until the writer's backend is in ``state`` with a lock wait (or active)."""
-    for _ in range(HANG * 10):
-        found = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = %s "
-                             "AND wait_event_type = 'Lock'", (app, state)).fetchone()[0]
-        if found:
-            return
-        threading.Event().wait(0.1)
-    raise AssertionError("the writer's flush never waited on the lock")
 
 
 def test_close_with_an_error_cancels_a_flush_blocked_on_a_lock(pg_dsn, pg_conn, table_name, caplog):
@@ -65,7 +37,7 @@ def test_close_with_an_error_cancels_a_flush_blocked_on_a_lock(pg_dsn, pg_conn, 
         holder.execute(sql.SQL("SELECT * FROM {} WHERE id = 1 FOR UPDATE").format(sql.Identifier(table_name)))
         w.open(0, 0)
         w.process({"id": 1, "version": 2, "name": "new"})
-        wait_statement(pg_conn, app)
+        wait_lock_wait(pg_conn, app)
         with caplog.at_level(logging.INFO, logger="rtm_lakebase"):
             failure = close_in_thread(w, RuntimeError("executor lost"))
         holder.rollback()

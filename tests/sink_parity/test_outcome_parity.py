@@ -291,12 +291,9 @@ CASES = {**{f"rule {k}": v for k, v in RULE_CASES.items()}, **{f"scenario {k}": 
 NOT_APPLICABLE = {
     ("jvm", "rule cannot_encode@write"): "Spark hands the JVM sink typed values; the driver can encode every one",
 }
-#: The JVM half of the cases where the JVM sink still decides by its own lists (before branch jvm lands):
-#: TLS refused is retried, 25006/40003/54xxx/55P03/57014 are permanent, 40001/40P01 reconnect, 53300 after
-#: connect is retried. Strict: each starts failing the suite once the JVM sink applies the table; remove it then.
-JVM_DRIFT = {"rule 08004@connect", "rule 08@connect+msg", "rule connection_lost@connect+msg", "rule 25006@any",
-             "rule 40003@any", "rule 40001@write", "rule 40P01@write", "rule 55P03@write", "rule 57014@write",
-             "rule 54@write", "scenario 53300 after connect"}
+#: The JVM half of cases where the JVM sink decides otherwise than the table (strict xfail). Empty: the JVM sink
+#: reads outcomes.json from its jar (rtm_lakebase/jvm/Outcomes.java) since branch jvm.
+JVM_DRIFT: set[str] = set()
 
 
 def _params():

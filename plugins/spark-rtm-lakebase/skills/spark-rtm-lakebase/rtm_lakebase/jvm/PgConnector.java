@@ -9,16 +9,22 @@
  *   Connections in use are bounded by the tasks themselves (one per running task).
  * - Validated before use: an idle connection must answer isValid() within 2 s and is rolled
  *   back to a clean transaction state; a dead one is closed and the next one tried.
- * - Aged out: a connection opened more than `maxAgeMs` ago (the sink's connectionmaxageseconds option,
- *   default 1800 s; 0 switches reuse off) is closed instead of being reused, so a login with a
- *   fresh password or OAuth token happens at least that often; a sweep every 30 s closes idle
- *   ones past that age even when no task comes to take them.
+ * - Aged out: a connection older than its age limit is closed instead of being reused, so a login
+ *   with a fresh password or OAuth token happens at least that often; a sweep every 30 s closes idle
+ *   ones past that age even when no task comes to take them. The limit is the sink's
+ *   connection_max_age_s option (default 1800 s; 0 switches reuse off) shortened by a random 0-10 %
+ *   drawn when the connection opens (as the Python pool does; psycopg_pool shortens max_lifetime by
+ *   up to 5 %), so the connections of a query do not all log in again at the same moment.
  * - Closed when the executor stops: a JVM shutdown hook closes every idle connection.
  * - A connection whose task failed is never given back (the caller closes it instead).
- * The pool key holds the password's hash only; no key or connection text is ever logged.
+ * The pool key is a keyed hash (HMAC-SHA256, a random key per JVM) of url, user and password: it
+ * holds no secret and cannot be tested against guessed passwords; no key or connection text is logged.
  */
 package rtm_lakebase.jvm;
 
+import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
+import java.security.SecureRandom;
 import java.sql.Connection;
 import java.sql.Driver;
 import java.sql.SQLException;
@@ -27,21 +33,31 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.Map;
 import java.util.Properties;
+import java.util.HexFormat;
 import java.util.WeakHashMap;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.Supplier;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 
 public final class PgConnector {
     static final int MAX_IDLE = Math.max(0, Integer.getInteger("rtm.jvm.sink.maxIdle", 4));
     private static final int VALIDATE_SECONDS = 2;
     static final long SWEEP_MS = 30_000;
     private static final Map<String, ArrayDeque<Idle>> IDLE = new HashMap<>();
-    /** When each connection this pool opened was opened (System.nanoTime); weak, so a closed one is forgotten. */
-    private static final Map<Connection, Long> BORN = new WeakHashMap<>();
+    /** Age limits are shortened by up to this fraction, drawn per connection. */
+    static final double AGE_JITTER = 0.10;
+    private static final byte[] KEY_SECRET = new byte[32];
+    /** Each connection this pool opened: when (System.nanoTime) and its age-limit factor; weak, so a closed one is forgotten. */
+    private static final Map<Connection, Birth> BORN = new WeakHashMap<>();
     private static long opened;
     private static long reused;
     private static Thread sweeper;
 
-    /** An idle connection, with the birth time and the age limit of the sink that gave it back. */
+    private record Birth(long nanos, double ageFactor) { }
+
+    /** An idle connection, with the birth time and its age limit (the sink's, jittered). */
     private record Idle(Connection connection, long bornNanos, long maxAgeNanos) {
         boolean tooOld(long now) {
             return now - bornNanos >= maxAgeNanos;
@@ -49,15 +65,25 @@ public final class PgConnector {
     }
 
     static {
+        new SecureRandom().nextBytes(KEY_SECRET);
         Runtime.getRuntime().addShutdownHook(new Thread(PgConnector::closeAll, "pg-jvm-sink-pool-close"));
     }
 
     private PgConnector() {
     }
 
-    /** The pool key of a target: url, user and the password's hash (never the password). */
-    static String key(String url, String user, String password) {
-        return url + '\u0000' + user + '\u0000' + (password == null ? "" : Integer.toHexString(password.hashCode()));
+    /** The pool key of a target: HMAC-SHA256 of url, user and password under this JVM's random key. */
+    public static String key(String url, String user, String password) {
+        try {
+            Mac mac = Mac.getInstance("HmacSHA256");
+            mac.init(new SecretKeySpec(KEY_SECRET, "HmacSHA256"));
+            for (String part : new String[] {url, user, password}) {
+                mac.update((part == null ? "\u0001" : part + "\u0000").getBytes(StandardCharsets.UTF_8));
+            }
+            return HexFormat.of().formatHex(mac.doFinal());
+        } catch (GeneralSecurityException e) {
+            throw new IllegalStateException("HmacSHA256 is not available in this JVM", e);
+        }
     }
 
     /**
@@ -76,7 +102,8 @@ public final class PgConnector {
                 break;
             }
             long now = System.nanoTime();
-            if (!idle.tooOld(now) && now - idle.bornNanos() < maxAgeMs * 1_000_000L && usable(idle.connection())) {
+            if (!idle.tooOld(now) && now - idle.bornNanos() < ageLimit(idle.connection(), maxAgeMs)
+                    && usable(idle.connection())) {
                 synchronized (IDLE) {
                     reused++;
                 }
@@ -91,9 +118,25 @@ public final class PgConnector {
         c.setAutoCommit(false);
         synchronized (IDLE) {
             opened++;
-            BORN.put(c, System.nanoTime());
+            BORN.put(c, new Birth(System.nanoTime(), 1 - ThreadLocalRandom.current().nextDouble(0, AGE_JITTER)));
         }
         return c;
+    }
+
+    /** The age limit of `c`: the sink's `maxAgeMs` times the factor drawn when it was opened. */
+    private static long ageLimit(Connection c, long maxAgeMs) {
+        synchronized (IDLE) {
+            Birth born = BORN.get(c);
+            return (long) (Math.max(0, maxAgeMs) * 1_000_000L * (born == null ? 1.0 : born.ageFactor()));
+        }
+    }
+
+    /** The age limits of the idle connections now held, in milliseconds (tests). */
+    public static long[] idleAgeLimitsMs() {
+        synchronized (IDLE) {
+            return IDLE.values().stream().flatMap(ArrayDeque::stream).mapToLong(i -> i.maxAgeNanos() / 1_000_000L)
+                .toArray();
+        }
     }
 
     private static boolean usable(Connection c) {
@@ -128,8 +171,8 @@ public final class PgConnector {
         }
         long now = System.nanoTime();
         synchronized (IDLE) {
-            Long born = BORN.get(c);
-            Idle idle = new Idle(c, born == null ? now : born, Math.max(0, maxAgeMs) * 1_000_000L);
+            Birth born = BORN.get(c);
+            Idle idle = new Idle(c, born == null ? now : born.nanos(), ageLimit(c, maxAgeMs));
             ArrayDeque<Idle> q = IDLE.computeIfAbsent(key, k -> new ArrayDeque<>());
             if (!idle.tooOld(now) && q.size() < MAX_IDLE) {
                 q.addFirst(idle);

@@ -42,6 +42,8 @@ WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
 #: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
 JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
+#: The failure-outcome table both sinks read; the build stores it in the jar.
+OUTCOMES_FILE = JVM_DIR.parent / "sink" / "outcomes.json"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
 JAR_ENV = "RTM_JVM_SINK_JAR"
 #: The Postgres JDBC driver: ``$PG_JDBC_JAR``, else Debian's ``libpostgresql-jdbc-java`` copy.
@@ -73,10 +75,12 @@ def jvm_sink_jars() -> list[str]:
 
 
 def _sources_sha() -> str:
-    """The hash the build records: every ``.java`` file beside the writer, concatenated in name order."""
+    """The hash the build records: every ``.java`` file beside the writer in name order, then the outcome table."""
     digest = hashlib.sha256()
     for path in sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name.encode()):
         digest.update(path.read_bytes())
+    if OUTCOMES_FILE.is_file():
+        digest.update(OUTCOMES_FILE.read_bytes())
     return digest.hexdigest()
 
 
@@ -92,7 +96,7 @@ def _writer_jar() -> Path:
         recorded = stamp.read_text().strip() if stamp.is_file() else None
         if current and recorded != current:
             raise JvmSinkUnavailable(f"the JVM sink jar {jar} is older than {SOURCE_FILE.name} (or another .java "
-                                     f"file beside it): {BUILD_HINT}")
+                                     f"file beside it, or {OUTCOMES_FILE.name}): {BUILD_HINT}")
     return jar
 
 
@@ -268,13 +272,12 @@ def _py4j_blocked(exc: BaseException) -> bool:
     return "Py4JSecurityException" in text or "not whitelisted" in text
 
 
-#: What the JVM sink calls each knob: SinkSettings name → the Java writer's option. Where the native
-#: Databricks sink has the knob, the option is its name (dbtable, upsertkey, batchsize, batchinterval).
-JVM_OPTIONS = {"table": "dbtable", "schema": "schema", "mode": "mode", "key_columns": "upsertkey",
-               "version_column": "versioncolumn", "skip_unchanged": "skipunchanged",
-               "max_batch_rows": "batchsize", "max_dwell_ms": "batchinterval", "max_retries": "maxretries",
-               "backoff_initial_ms": "backoffinitialms", "backoff_max_ms": "backoffmaxms",
-               "connection_max_age_s": "connectionmaxageseconds"}
+#: What the JVM sink calls each knob: SinkSettings name → the Java writer's option. The Java writer
+#: (rtm_lakebase/jvm/SinkSettings.java) takes SinkSettings' names; it still reads the native sink's
+#: spellings (dbtable, upsertkey, batchsize, batchinterval, ...) and logs a deprecation line for each.
+JVM_OPTIONS = {name: name for name in (
+    "table", "schema", "mode", "key_columns", "version_column", "skip_unchanged", "max_batch_rows", "max_dwell_ms",
+    "max_retries", "backoff_initial_ms", "backoff_max_ms", "connection_max_age_s")}
 #: Old keyword names of start_jvm_sink_query/build_jvm_writer (the native sink's spelling): still taken, with a warning.
 OLD_NAMES = {"upsertkey": ("key_columns", lambda v: (v,) if isinstance(v, str) else v),
              "batchsize": ("max_batch_rows", None), "batchinterval_ms": ("max_dwell_ms", None)}
@@ -287,17 +290,17 @@ def jvm_options(settings: SinkSettings) -> dict[str, str]:
     if s.on_failure is not None or s.columns is not None:
         raise ValueError("on_failure and columns are settings of the Python writer; the JVM sink writes every "
                          "column of the DataFrame and reports failures through the query")
-    if s.max_dwell_ms < 1:
-        raise ValueError(f"max_dwell_ms must be at least 1 for the JVM sink, got {s.max_dwell_ms!r}")
     age = s.connection_max_age_s
-    if isinstance(age, float) and not age.is_integer() or not age <= 2**31 - 1:
-        raise ValueError(f"connection_max_age_s must be a whole number of seconds for the JVM sink, got {age!r}")
+    if not age <= 2**31 - 1:
+        raise ValueError(f"connection_max_age_s must be a number of seconds up to 2**31 - 1 for the JVM sink, "
+                         f"got {age!r}")
     values = {"table": s.table, "schema": s.schema, "mode": s.mode,
               "key_columns": _format_key_list(s.key_columns) if s.key_columns else None,
               "version_column": s.version_column, "skip_unchanged": str(bool(s.skip_unchanged)).lower(),
-              "max_batch_rows": str(s.max_batch_rows), "max_dwell_ms": f"{s.max_dwell_ms} milliseconds",
+              "max_batch_rows": str(s.max_batch_rows), "max_dwell_ms": str(s.max_dwell_ms),
               "max_retries": str(s.max_retries), "backoff_initial_ms": str(s.backoff_initial_ms),
-              "backoff_max_ms": str(s.backoff_max_ms), "connection_max_age_s": str(int(age))}
+              "backoff_max_ms": str(s.backoff_max_ms),
+              "connection_max_age_s": str(int(age) if float(age).is_integer() else age)}
     if s.schema is None and split_table_name(s.table) != (None, s.table):
         values["table"] = '"' + s.table.replace('"', '""') + '"'  # read back as this one exact name
     return {JVM_OPTIONS[name]: value for name, value in values.items() if value is not None}
@@ -339,9 +342,9 @@ def build_jvm_writer(spark: SparkSession, *, dsn: ConnectionSettings | str, tabl
         if settings.password:
             raise ValueError("give either a password in the DSN or password_provider_class, not both")
         password = None  # the provider gives it at every connect; PGPASSWORD and .pgpass are not asked
-    options = {"url": url, **jvm_options(sink), "appendcopy": str(bool(append_copy)).lower()}
+    options = {"url": url, **jvm_options(sink), "append_copy": str(bool(append_copy)).lower()}
     if password_provider_class:
-        options["passwordprovider"] = password_provider_class
+        options["password_provider"] = password_provider_class
     if user:
         options["user"] = user
 
