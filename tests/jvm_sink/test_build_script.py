@@ -22,18 +22,16 @@ TOOLS = ["dirname", "sha256sum", "cut", "id", "mktemp", "cat", "grep", "ls", "he
 
 
 def copy_of_the_repo(tmp_path: Path) -> Path:
-    """The script and the source in a throwaway tree (the script finds everything relative to itself)."""
+    """The script, the package and the lab's build in a throwaway tree (the script finds everything relative to itself)."""
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
-    (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
-    (root / "rtm_lakebase" / "foreach").mkdir(parents=True)
+    shutil.copytree(ROOT / "rtm_lakebase", root / "rtm_lakebase", ignore=shutil.ignore_patterns("build", "__pycache__"))
     (root / "pack_lab" / "jvm").mkdir(parents=True)
     for source in RATE_SOURCE_DIR.glob("*.java"):
         shutil.copy(source, root / "pack_lab" / "jvm" / source.name)
+    for name in ("__init__.py", "rate_source.py", "build_rate_source.py"):
+        shutil.copy(ROOT / "pack_lab" / name, root / "pack_lab" / name)
     shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
-    for source in SOURCE.parent.glob("*.java"):  # the build compiles every .java file there
-        shutil.copy(source, root / "rtm_lakebase" / "jvm" / source.name)
-    shutil.copy(FOREACH_SOURCE, root / "rtm_lakebase" / "foreach" / FOREACH_SOURCE.name)
     return root
 
 
