@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 WRITER_CLASS = "rtm_lakebase.foreach.LowLatencyPythonForeachWriter"
 HERE = Path(__file__).resolve().parent
 SOURCE_FILE = HERE / "LowLatencyPythonForeachWriter.java"
-#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_FOREACH_JAR`` overrides it.
+#: Where ``python -m rtm_lakebase.jvm build`` puts the jar (git-ignored); ``RTM_FOREACH_JAR`` overrides it.
 DEFAULT_JAR = HERE / "build" / "rtm-lakebase-foreach.jar"
 JAR_ENV = "RTM_FOREACH_JAR"
 #: Open-source Spark releases this writer is proven on: per release line, the newest patch release its tests run

@@ -9,8 +9,18 @@ Helper functions are followed too (user code builds a query in one function
 and starts it in another): a call ``build(spark)`` to a function defined in
 the module stands for the expression its last ``return`` gives, and a
 function called in the module is walked once per call site (up to
-``MAX_SITES``) with its parameters bound to that call's arguments. A function
-never called in the module (an entry point) is walked with unbound parameters.
+``MAX_SITES``) with its parameters bound to that call's arguments (defaults
+for the ones it leaves out); an ``if`` whose test those arguments decide runs
+only its taken branch, and a ``return`` ends its block. A function never called
+in the module (an entry point) is walked with unbound parameters.
+
+Values are followed through settings objects as well: ``settings.interval``
+where ``settings = Settings(...)`` is a dataclass, ``NamedTuple`` or attrs
+class reads the argument given for that field or its default, a plain class
+attribute, or an attribute assigned later (``settings.interval = ...``); see
+:mod:`records`. Every resolution spends from one step budget (``MAX_DEPTH``
+steps, nested look-ups included), so self-referencing or recursive input ends
+as "unknown", never as a recursion error or a hang.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 #: The Java class, compiled from ``rtm_lakebase/jvm/PostgresForeachWriter.java``.
 WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
-#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
+#: Where ``python -m rtm_lakebase.jvm build`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
 JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
@@ -50,8 +50,8 @@ MODES = ("upsert", "insert_ignore", "append")
 #: Seconds a JDBC read may wait for the server before the connection counts as lost (reconnect, retry).
 #: Without it a silent network path (no reset) blocks a flush, and the task, forever.
 SOCKET_TIMEOUT_S = 60
-BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
-              f"or compile {SOURCE_FILE.name} with javac into a jar and set {JAR_ENV} to it")
+BUILD_HINT = ("run `python -m rtm_lakebase.jvm build` (needs a JDK with javac and pyspark installed; "
+              f"in the pack's repository `bash scripts/build_jvm_sink.sh` does it), or set {JAR_ENV} to a built jar")
 
 
 class JvmSinkUnavailable(RuntimeError):
