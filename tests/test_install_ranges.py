@@ -107,3 +107,10 @@ def test_installing_the_wheel_beside_pyspark_4_1_4_leaves_it_alone(tmp_path):
     assert spark_version == dist_version == OTHER_SPARK  # still the environment's own Spark
     assert _version(_floor()) <= _version(psycopg_version) < (4,)
     assert "site-packages" in sink_file  # the wheel's copy, not the repository's
+
+
+def test_the_install_lines_state_the_tested_range_and_the_extra():
+    for rel in ("README.md", "docs/getting-started.md", "references/lakebase-sink-python.md"):
+        text = (REPO / rel).read_text(encoding="utf-8")
+        assert f"{_floor()} or later, below 4" in text, rel
+        assert "[local]" in text and "python -m rtm_lakebase.jvm build" in text, rel
