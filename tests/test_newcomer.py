@@ -43,7 +43,7 @@ def test_each_copy_route_works_in_a_fresh_home(rel, tmp_path):
 
 
 def test_readme_says_a_local_marketplace_keeps_the_clones_path():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     assert "moving or deleting the clone breaks it" in text
     assert f"claude plugin marketplace remove {NAME}" in text
 
