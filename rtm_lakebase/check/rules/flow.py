@@ -233,14 +233,7 @@ def _is_mapping(expr: ast.expr) -> bool:
 
 def callee_name(call: ast.AST) -> str | None:
     """``f(...)`` -> 'f', ``F.f(...)`` -> 'f'."""
-    if not isinstance(call, ast.Call):
-        return None
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
+    return records.last_name(call.func) if isinstance(call, ast.Call) else None
 
 
 def _expr_children(stmt: ast.stmt) -> Iterator[ast.AST]:

@@ -21,9 +21,8 @@ _FIELD_CALLS = {"field", "ib", "attrib"}
 _INIT_METHODS = {"__init__", "__post_init__", "__attrs_post_init__", "__new__"}
 
 
-def _last_name(expr: ast.expr) -> str | None:
-    if isinstance(expr, ast.Call):
-        expr = expr.func
+def last_name(expr: ast.expr) -> str | None:
+    """``f`` / ``mod.f`` -> ``'f'``; None for anything else."""
     if isinstance(expr, ast.Name):
         return expr.id
     if isinstance(expr, ast.Attribute):
@@ -33,18 +32,18 @@ def _last_name(expr: ast.expr) -> str | None:
 
 def is_record(cls: ast.ClassDef) -> bool:
     """A dataclass, attrs class or ``typing.NamedTuple``: its ``__init__`` takes the fields in order."""
-    if any(_last_name(d) in _RECORD_DECORATORS for d in cls.decorator_list):
+    if any(last_name(d.func if isinstance(d, ast.Call) else d) in _RECORD_DECORATORS for d in cls.decorator_list):
         return True
-    return any(_last_name(b) == "NamedTuple" for b in cls.bases)
+    return any(last_name(b) == "NamedTuple" for b in cls.bases)
 
 
 def _is_classvar(annotation: ast.expr) -> bool:
     target = annotation.value if isinstance(annotation, ast.Subscript) else annotation
-    return _last_name(target) == "ClassVar"
+    return last_name(target) == "ClassVar"
 
 
 def _is_field_call(value: ast.expr | None) -> bool:
-    return isinstance(value, ast.Call) and _last_name(value.func) in _FIELD_CALLS
+    return isinstance(value, ast.Call) and last_name(value.func) in _FIELD_CALLS
 
 
 def own_fields(cls: ast.ClassDef) -> list[str]:
@@ -82,7 +81,7 @@ def class_value(cls: ast.ClassDef, attr: str) -> tuple[bool, ast.expr | None]:
         options = {k.arg: k.value for k in value.keywords if k.arg}
         if "default" in options:
             value = options["default"]
-        elif value.args and _last_name(value.func) in ("ib", "attrib"):  # attr.ib(default) positionally
+        elif value.args and last_name(value.func) in ("ib", "attrib"):  # attr.ib(default) positionally
             value = value.args[0]
         else:
             factory = options.get("default_factory", options.get("factory"))
