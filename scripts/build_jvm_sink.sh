@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Builds the pack's Java classes into cached jars and makes sure the Postgres JDBC driver is
 # there: the JVM sink (every rtm_lakebase/jvm/*.java → rtm_lakebase/jvm/build/) and the fast
-# Python foreach writer (rtm_lakebase/foreach/*.java → rtm_lakebase/foreach/build/), and the lab's
-# rate source (pack_lab/jvm/*.java → pack_lab/jvm/build/, see pack_lab/rate_source.py). Sourced by
+# Python foreach writer (rtm_lakebase/foreach/*.java → rtm_lakebase/foreach/build/) with
+# `python -m rtm_lakebase.jvm build` (the command a user of the installed package runs), and the lab's
+# rate source (pack_lab/jvm/*.java → pack_lab/jvm/build/) with `python -m pack_lab.build_rate_source`,
+# the same build. This script adds what a fresh machine needs first (the JDBC driver, a JDK under CI). Sourced by
 # scripts/setup.sh after the venv exists ($PY set); can also run alone:
 # `bash scripts/build_jvm_sink.sh`.
 #
 # - Each jar goes to its build/ folder (git-ignored). It is rebuilt only when its sources,
 #   javac or pyspark change (a content stamp); a .sha256 file next to it records the sources'
-#   hash (the .java files concatenated in name order, then its resource files), which the Python
-#   side (rtm_lakebase.jvm.sink, rtm_lakebase.foreach) checks before using the jar.
-# - The JVM sink's jar also carries rtm_lakebase/sink/outcomes.json (as rtm_lakebase/jvm/outcomes.json):
-#   the table of failure outcomes both sinks read.
+#   hash (the .java files concatenated in name order), which the Python side
+#   (rtm_lakebase.jvm.sink, rtm_lakebase.foreach) checks before using the jar.
 # - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
 #   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink
@@ -21,60 +21,8 @@ if [ -z "${BASH_VERSION:-}" ]; then echo "build_jvm_sink.sh: run it with bash" >
 _jvm_sink_sourced=1
 [ "${BASH_SOURCE[0]}" = "$0" ] && _jvm_sink_sourced=0
 
-# _jvm_compile SRC_DIR BUILD_DIR NAME LABEL [JAR_DIR:FILE...]: javac every SRC_DIR/*.java against
-# pyspark's jars into BUILD_DIR/NAME.jar (+ NAME.sha256, the sources' hash), each FILE stored in the
-# jar under JAR_DIR/, unless the content stamp says it is current.
-# Uses $root, $javac_bin, $jars_dir and $py from _jvm_sink_build.
-_jvm_compile() {
-  local src_dir="$1" build="$2" name="$3" label="$4" srcs jar stamp_file sha_file tmp src_sha stamp res res_files
-  shift 4
-  srcs=()
-  res_files=()
-  while IFS= read -r _f; do srcs+=("$_f"); done < <(LC_ALL=C ls -1 "$src_dir"/*.java)
-  for res in "$@"; do
-    [ -f "${res#*:}" ] || { _jvm_say "${res#*:} is missing; cannot build $label"; return 1; }
-    res_files+=("${res#*:}")
-  done
-  jar="$build/$name.jar"
-  stamp_file="$build/.build-stamp"
-  sha_file="$build/$name.sha256"
-  src_sha="$(cat "${srcs[@]}" "${res_files[@]}" | sha256sum | cut -d' ' -f1)"
-  stamp="$src_sha $("$javac_bin" -version 2>&1 | head -n 1) $(ls "$jars_dir" | grep -E '^spark-sql-api_' || true)"
-  if [ -f "$jar" ] && [ "$(cat "$stamp_file" 2>/dev/null)" = "$stamp" ]; then
-    return 0
-  fi
-  _jvm_say "compiling $label (${#srcs[@]} Java files → ${jar#"$root"/})"
-  mkdir -p "$build"
-  tmp="$(mktemp -d "$build/.tmp.XXXXXX")"
-  if ! "$javac_bin" --release 17 -Xlint:all,-path -encoding UTF-8 -cp "$jars_dir/*" -d "$tmp/classes" "${srcs[@]}" >"$tmp/javac.log" 2>&1; then
-    cat "$tmp/javac.log" >&2
-    rm -rf "$tmp"
-    _jvm_say "javac failed on ${src_dir#"$root"/}/*.java (messages above)"
-    return 1
-  fi
-  for res in "$@"; do
-    mkdir -p "$tmp/classes/${res%%:*}" && cp "${res#*:}" "$tmp/classes/${res%%:*}/"
-  done
-  # Compiler warnings about Spark's own annotations are noise; anything about our files is shown.
-  grep -F "${src_dir#"$root"/}/" "$tmp/javac.log" >&2 || true
-  (cd "$tmp/classes" && "$py" -c '
-import os, sys, zipfile
-with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
-    z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: scripts/build_jvm_sink.sh\n\n")
-    for folder, _, files in sorted(os.walk(".")):
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            z.write(path, os.path.relpath(path, "."))
-' "$tmp/out.jar") || { rm -rf "$tmp"; _jvm_say "could not write the $label jar"; return 1; }
-  mv -f "$tmp/out.jar" "$jar"
-  printf '%s\n' "$src_sha" > "$sha_file"
-  printf '%s' "$stamp" > "$stamp_file"
-  rm -rf "$tmp"
-  return 0
-}
-
 _jvm_sink_build() {
-  local root py jars_dir javac_bin driver
+  local root py javac_bin
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   py="${PY:-$root/.venv/bin/python}"
   local ci=0
@@ -121,15 +69,10 @@ _jvm_sink_build() {
     return 0
   fi
 
-  # --- compile when the source, javac or pyspark changed ------------------------------
-  jars_dir="$("$py" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)" \
-    || { _jvm_say "pyspark is not importable with $py; cannot build the JVM sink"; return 1; }
-  [ -d "$jars_dir" ] || { _jvm_say "pyspark's jars folder $jars_dir is missing; cannot build the JVM sink"; return 1; }
-  _jvm_compile "$root/rtm_lakebase/jvm" "$root/rtm_lakebase/jvm/build" rtm-lakebase-jvm-sink "the JVM sink" \
-    "rtm_lakebase/jvm:$root/rtm_lakebase/sink/outcomes.json" || return 1
-  _jvm_compile "$root/rtm_lakebase/foreach" "$root/rtm_lakebase/foreach/build" rtm-lakebase-foreach \
-    "the fast foreach writer" || return 1
-  _jvm_compile "$root/pack_lab/jvm" "$root/pack_lab/jvm/build" rtm-lab-rate-source "lab rate source" || return 1
+  # --- compile when the source, javac or pyspark changed (one build definition: rtm_lakebase.jvm.build) -------
+  # The driver was handled above, so the module is not asked about it (a wrong PG_JDBC_JAR is only a warning here).
+  (cd "$root" && export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" && unset PG_JDBC_JAR &&
+     "$py" -m rtm_lakebase.jvm build >/dev/null && "$py" -m pack_lab.build_rate_source) || return 1
   return 0
 }
 

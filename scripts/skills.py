@@ -67,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("skills.py: interrupted", file=sys.stderr)
         return 130
-    except ModuleNotFoundError as exc:  # run outside the pack's virtual environment
-        print(f"skills.py: the Python package {exc.name!r} is missing: run it with the pack's environment, "
-              "e.g. `bash scripts/setup.sh && .venv/bin/python scripts/skills.py ...`", file=sys.stderr)
+    except ModuleNotFoundError as exc:  # run outside the pack's virtual environment (e.g. package.sh's small one)
+        print(f"skills.py: {args.command} needs the Python package {exc.name!r}, which {sys.executable} lacks "
+              "(a dev dependency): run `bash scripts/setup.sh` once (it creates .venv with them), then "
+              f"`.venv/bin/python scripts/skills.py {args.command}`", file=sys.stderr)
         return 2
     except Exception as exc:  # last resort: one line, never a traceback (unless asked for)
         if os.environ.get("SKILLS_DEBUG"):

@@ -58,6 +58,9 @@ EXPECTED_BAD = {
     ("lakebase_stream.py", 30, "LBS001"),      # .options(**opts), opts from a builder's dict(SINK, **extra): url
     ("lakebase_stream.py", 30, "LBS003"),      # batchinterval "100 ms" in the module-level dict
     ("lakebase_stream.py", 38, "LBS002"),      # format("postgresql") ... start() without dbtable
+    ("settings_job.py", 27, "RTM002"),         # realTime=settings.interval, a dataclass field default "2 seconds"
+    ("settings_job.py", 28, "RTM001"),         # **trigger_options(True): the helper's if-branch returns realTime=True
+    ("settings_job.py", 29, "RTM002"),         # realTime=Limits().interval, a NamedTuple default "1 second"
     ("runbook.md", 3, "PROSE001"),
     ("runbook.md", 3, "PROSE002"),
     ("runbook.md", 9, "RTM002"),
@@ -75,13 +78,13 @@ def _key(f):
 
 def test_every_known_wrong_pattern_is_caught_and_nothing_else():
     findings, checked = check_paths([str(FILES / "bad")])
-    assert checked == 6
+    assert checked == 7
     assert {_key(f) for f in findings} == EXPECTED_BAD
 
 
 def test_correct_user_files_have_no_finding():
     findings, checked = check_paths([str(FILES / "good")])
-    assert checked == 6
+    assert checked == 7
     assert [f.text() for f in findings] == []
 
 
@@ -147,7 +150,7 @@ def test_cli_text_lines_fix_and_exit_one():
 
 def test_cli_clean_exit_zero_and_json():
     proc = run("check", "tests/check_files/good")
-    assert proc.returncode == 0 and proc.stdout.startswith("OK: no findings (6 files checked)")
+    assert proc.returncode == 0 and proc.stdout.startswith("OK: no findings (7 files checked)")
     proc = run("check", "--format", "json", "tests/check_files/bad/sensor_alerts.ipynb")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)

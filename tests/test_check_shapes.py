@@ -60,6 +60,58 @@ SHAPES = {
     "sink without a table": ('o = {{"endpoint": "p.b.e", {v}: "s.t"}}\n' + SINK
                              + '.options(**o).trigger(realTime="5 minutes").start()\n',
                              '"table"', '"dbtable"', {"LBS001", "LBS002"}),
+    # Values that come back from a helper: its argument, a branch its argument picks, its parameter's default.
+    "helper spreads its argument": ('def trigger_options(real_time):\n    return {{"realTime": real_time}}\n\n'
+                                    + W + '.trigger(**trigger_options({v})).start()\n', 'True', '"5 minutes"', {"RTM001"}),
+    "helper's if-branch": ('def trigger_options(real_time):\n    if real_time:\n        return {{"realTime": {v}}}\n'
+                           '    return {{"processingTime": "0 seconds"}}\n\n' + W + '.trigger(**trigger_options(True)).start()\n',
+                           'real_time', '"5 minutes"', {"RTM001"}),
+    "helper's conditional expression": ('def interval(fast):\n    return {v} if fast else "1 minute"\n\n'
+                                        + W + '.trigger(realTime=interval(True)).start()\n', '"2 seconds"', '"10 seconds"',
+                                        {"RTM002"}),
+    "helper's parameter default": ('def trigger_options(*, interval={v}):\n    return dict(realTime=interval)\n\n'
+                                   + W + '.trigger(**trigger_options()).start()\n', '"2 seconds"', '"1 minute"', {"RTM002"}),
+    "realTime=helper()": ('def interval():\n    value = {v}\n    return value\n\n' + W + '.trigger(realTime=interval()).start()\n',
+                          '"1 second"', '"1 minute"', {"RTM002"}),
+    # Values read from a settings object: field defaults, arguments, class attributes, assigned attributes.
+    "dataclass field default": ('from dataclasses import dataclass\n\n@dataclass\nclass Settings:\n    interval: str = {v}\n\n'
+                                'settings = Settings()\n' + W + '.trigger(realTime=settings.interval).start()\n',
+                                '"2 seconds"', '"1 minute"', {"RTM002"}),
+    "dataclass field(default=...)": ('import dataclasses\n\n@dataclasses.dataclass(frozen=True)\nclass Settings:\n'
+                                     '    interval: str = dataclasses.field(default={v})\n\n'
+                                     + W + '.trigger(realTime=Settings().interval).start()\n', '"2 seconds"', '"1 minute"',
+                                     {"RTM002"}),
+    "dataclass argument over the default": ('from dataclasses import dataclass\n\n@dataclass\nclass Settings:\n'
+                                            '    checkpoint: str\n    interval: str = "1 minute"\n\n'
+                                            'settings = Settings("/tmp/cp", {v})\n'
+                                            + W + '.trigger(realTime=settings.interval).start()\n',
+                                            '"500 milliseconds"', '"30 seconds"', {"RTM002"}),
+    "inherited dataclass default": ('from dataclasses import dataclass\n\n@dataclass\nclass Base:\n    interval: str = {v}\n\n'
+                                    '@dataclass\nclass Settings(Base):\n    name: str = "orders"\n\n'
+                                    'cfg = Settings(name="payments")\n' + W + '.trigger(realTime=cfg.interval).start()\n',
+                                    '"1 second"', '"1 minute"', {"RTM002"}),
+    "nested settings (default_factory)": ('from dataclasses import dataclass, field\n\n@dataclass\nclass Trigger:\n'
+                                          '    interval: str = {v}\n\n@dataclass\nclass Settings:\n'
+                                          '    trigger: Trigger = field(default_factory=Trigger)\n\n'
+                                          'cfg = Settings()\n' + W + '.trigger(realTime=cfg.trigger.interval).start()\n',
+                                          '"1 second"', '"1 minute"', {"RTM002"}),
+    "NamedTuple default": ('from typing import NamedTuple\n\nclass Settings(NamedTuple):\n    table: str = "t"\n'
+                           '    interval: str = {v}\n\n' + W + '.trigger(realTime=Settings("events").interval).start()\n',
+                           '"2 seconds"', '"1 minute"', {"RTM002"}),
+    "attrs define default": ('import attrs\n\n@attrs.define\nclass Settings:\n    interval: str = {v}\n\n'
+                             'settings = Settings()\n' + W + '.trigger(realTime=settings.interval).start()\n',
+                             '"2 seconds"', '"1 minute"', {"RTM002"}),
+    "attr.ib default": ('import attr\n\n@attr.s\nclass Settings:\n    interval = attr.ib(default={v})\n\n'
+                        + W + '.trigger(**{{"realTime": Settings().interval}}).start()\n', '"2 seconds"', '"1 minute"',
+                        {"RTM002"}),
+    "class attribute": ('class Settings:\n    INTERVAL = {v}\n\n' + W + '.trigger(realTime=Settings.INTERVAL).start()\n',
+                        '"2 seconds"', '"1 minute"', {"RTM002"}),
+    "class attribute through an instance": ('class Settings:\n    interval = {v}\n\n    def table(self):\n        return "t"\n\n'
+                                            'cfg = Settings()\n' + W + '.trigger(realTime=cfg.interval).start()\n',
+                                            'True', '"1 minute"', {"RTM001"}),
+    "attribute assigned after creation": ('class Settings:\n    interval = "1 minute"\n\ncfg = Settings()\ncfg.interval = {v}\n'
+                                          + W + '.trigger(realTime=cfg.interval).start()\n', '"1 second"', '"2 minutes"',
+                                          {"RTM002"}),
 }
 
 
@@ -101,3 +153,69 @@ def test_notebook_dict_trigger_across_cells(tmp_path, value, expected):
     ]), encoding="utf-8")
     findings, _checked = check_paths([str(nb)])
     assert {f.code for f in findings} == expected
+
+
+# --- values the checker cannot know stay unknown (no finding), and hostile shapes stay bounded -------------------
+
+UNKNOWN = {
+    "__init__ sets the attribute": ('class Settings:\n    interval = "2 seconds"\n\n    def __init__(self, interval):\n'
+                                    '        self.interval = interval\n\n'
+                                    'cfg = Settings(read_interval())\n' + W + '.trigger(realTime=cfg.interval).start()\n'),
+    "dataclass fields from **mapping": ('from dataclasses import dataclass\n\n@dataclass\nclass Settings:\n'
+                                        '    interval: str = "2 seconds"\n\ncfg = Settings(**load())\n'
+                                        + W + '.trigger(realTime=cfg.interval).start()\n'),
+    "a right argument over a wrong default": ('from dataclasses import dataclass\n\n@dataclass\nclass Settings:\n'
+                                              '    interval: str = "2 seconds"\n\ncfg = Settings(interval="1 minute")\n'
+                                              + W + '.trigger(realTime=cfg.interval).start()\n'),
+    "helper branch on an unknown value": ('def interval(env):\n    if env == "prod":\n        return "1 minute"\n'
+                                          '    return "5 minutes"\n\n' + W + '.trigger(realTime=interval(ENV)).start()\n'),
+    "settings object rebound": ('class Settings:\n    interval = "1 minute"\n\ncfg = Settings()\ncfg.interval = "1 second"\n'
+                                'cfg = Settings()\n' + W + '.trigger(realTime=cfg.interval).start()\n'),
+    "default_factory with no default": ('from dataclasses import dataclass, field\n\n@dataclass\nclass Settings:\n'
+                                        '    interval: str = field(default_factory=read_interval)\n\n'
+                                        + W + '.trigger(realTime=Settings().interval).start()\n'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNKNOWN))
+def test_values_the_checker_cannot_know_raise_nothing(name):
+    assert codes(UNKNOWN[name]) == set()
+
+
+HOSTILE = {
+    "self-recursive helper": 'def opts(x):\n    return opts(x)\n\n' + W + '.trigger(**opts(True)).start()\n',
+    "mutually recursive helpers": ('def a(x):\n    return b(x)\n\ndef b(x):\n    return a(x)\n\n'
+                                   + W + '.trigger(realTime=a("1 second")).start()\n'),
+    "helper returning itself called": 'def f():\n    return f()\n\nt = f()\n' + W + '.trigger(**t).start()\n',
+    "class inheriting itself": ('class S(S):\n    pass\n\n' + W + '.trigger(realTime=S.interval).start()\n'),
+    "classes reading each other": ('class A:\n    x = B.x\n\nclass B(A):\n    x = A.x\n\n'
+                                   + W + '.trigger(realTime=B().x).start()\n'),
+    "self-referencing attribute": 'cfg = cfg.cfg\ncfg.cfg = cfg\n' + W + '.trigger(realTime=cfg.cfg.cfg.x).start()\n',
+    "fan-out of helpers": "".join(f'def h{i}(x):\n    return h{i + 1}(x) if x else h{i + 1}(x)\n\n' for i in range(60))
+                          + 'def h60(x):\n    return x\n\n' + W + '.trigger(realTime=h0("1 second")).start()\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_shapes_finish_quickly(name):
+    # Bounded by steps, not by time: each returns; a missing bound shows as a RecursionError or a hang.
+    codes(HOSTILE[name])
+
+
+def test_deeply_nested_code_is_bounded():
+    # 90 nested ifs around a settings read 300 attributes deep: parsed, walked and resolved without recursion errors.
+    body = 'class S:\n    x = "1 second"\n\n'
+    indent = ""
+    for i in range(90):
+        body += f"{indent}if c{i}:\n"
+        indent += " "
+    chain = "S()" + ".x" * 300
+    body += f"{indent}{W}.trigger(realTime={chain}).start()\n"
+    codes(body)
+    nested_settings = 'class S0:\n    x = "1 second"\n\n' + "".join(
+        f"class S{i}:\n    x = S{i - 1}.x\n\n" for i in range(1, 200)) + W + ".trigger(realTime=S199.x).start()\n"
+    # 199 classes each reading the previous one: past the step limit the value is unknown, never a crash.
+    assert codes(nested_settings) <= {"RTM002"}
+    short = 'class S0:\n    x = "1 second"\n\n' + "".join(
+        f"class S{i}:\n    x = S{i - 1}.x\n\n" for i in range(1, 5)) + W + ".trigger(realTime=S4.x).start()\n"
+    assert codes(short) == {"RTM002"}

@@ -90,7 +90,8 @@ def test_package_holds_the_skill_the_users_package_and_examples_only(package):
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == install_files(REPO)
     assert "SKILL.md" in files and "agents/openai.yaml" in files
-    assert {f.split("/")[0] for f in files} == {"SKILL.md", "agents", "references", "rtm_lakebase", "examples"}
+    assert {f.split("/")[0] for f in files} == {"SKILL.md", "LICENSE", "agents", "references", "rtm_lakebase",
+                                                "examples"}
     assert "rtm_lakebase/sink/writer.py" in files and "examples/kafka_to_lakebase_upsert.py" in files
     # the JVM sink ships as source (the user compiles it), never as a build output
     assert "rtm_lakebase/jvm/PostgresForeachWriter.java" in files
@@ -275,6 +276,9 @@ MUTATIONS = {
     "PLUG008": lambda p: _edit_json(p / PLUGIN / ".codex-plugin/plugin.json", lambda d: d.update(skills="./")),
     # package.json in the plugin folder: Claude Code runs `npm ci` in the installed copy.
     "PLUG009": lambda p: (p / PLUGIN / "package.json").write_text("{}\n"),
+    # The Codex skill card's text differs from the plugin card's (pyproject's short-description).
+    "PLUG010": lambda p: (p / "agents/openai.yaml").write_text((p / "agents/openai.yaml").read_text().replace(
+        'short_description: "', 'short_description: "Fast ', 1)),
 }
 
 

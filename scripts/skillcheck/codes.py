@@ -130,6 +130,9 @@ _ALL = [
     Code("PLUG009", "a marketplace's plugin folder holds more than the plugin (package.json, agents/, tests ...): "
          "clients copy it all and read package.json, agents/, commands/, hooks/ as plugin parts",
          "Point the marketplace at the generated plugins/<install-name>/ (manifests and skills/ only)."),
+    Code("PLUG010", "agents/openai.yaml's short_description differs from [tool.skill.plugin] short-description: "
+         "Codex shows one on the skill card and the other on the plugin card",
+         "Write the same text in both (pyproject.toml's is the plugin manifests' source)."),
     Code("PKG001", "a link in the installed skill (dist/<install-name>/) does not resolve inside it",
          "Link only to SKILL.md, references/, rtm_lakebase/, examples/; other files are rewritten to repository URLs."),
     Code("PKG002", "the installed skill cannot be built (e.g. a link leaves it and no repository URL is set)",

@@ -34,6 +34,7 @@ import json
 import os
 import posixpath
 import shutil
+import subprocess
 import tempfile
 import tomllib
 import zipfile
@@ -45,8 +46,9 @@ from .links import SCHEME_RE, check_links
 from .markdown import parse
 from .readfile import read_bytes_checked, read_text_checked, safe_exists
 
-#: What the installed skill holds: single files and folders (with the suffixes kept from each).
-INSTALL_FILES = ("SKILL.md", "agents/openai.yaml")
+#: What the installed skill holds: single files and folders (with the suffixes kept from each). In a git
+#: checkout only files git tracks count, so a stray scratch file in rtm_lakebase/ never ships.
+INSTALL_FILES = ("SKILL.md", "LICENSE", "agents/openai.yaml")
 INSTALL_DIRS = (("references", (".md",)), ("rtm_lakebase", (".py", ".java", ".json")), ("examples", (".py",)))
 _ZIP_TIME = (2026, 1, 1, 0, 0, 0)
 
@@ -75,6 +77,20 @@ def read_settings(root: Path) -> tuple[str, str, str | None]:
     return name, version, repo.rstrip("/") if isinstance(repo, str) and repo else None
 
 
+def tracked_files(root: Path) -> set[str] | None:
+    """Root-relative paths git tracks (index included) under the install folders; None outside a git checkout.
+
+    A copy of the pack that git does not track (an unpacked archive, a test's copy) packages every file.
+    """
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--", *INSTALL_FILES,
+                               *(folder for folder, _ in INSTALL_DIRS)], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    files = {p for p in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
+    return files if proc.returncode == 0 and "SKILL.md" in files else None
+
+
 def install_files(root: Path) -> list[str]:
     """Root-relative paths of every file the installed skill holds, sorted."""
     out = [rel for rel in INSTALL_FILES if os.path.lexists(root / rel)]
@@ -86,7 +102,8 @@ def install_files(root: Path) -> list[str]:
             rel = p.relative_to(root).as_posix()
             if (not p.is_dir() or p.is_symlink()) and p.suffix in suffixes and "__pycache__" not in rel.split("/"):
                 out.append(rel)
-    return sorted(out)
+    tracked = tracked_files(root)
+    return sorted(rel for rel in out if tracked is None or rel in tracked)
 
 
 def _leaving_targets(rel: str, text: str, members: set[str], root: Path) -> list[tuple[str, str]]:

@@ -148,6 +148,15 @@ def project_version(root: Path) -> str | None:
     return version if isinstance(version, str) else None
 
 
+def plugin_short_description(root: Path) -> str | None:
+    """``[tool.skill.plugin] short-description``: the one text both Codex cards show."""
+    try:
+        text = tomllib.loads(read_text_checked(root, "pyproject.toml"))["tool"]["skill"]["plugin"]["short-description"]
+    except (OSError, KeyError, TypeError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError):
+        return None
+    return text if isinstance(text, str) else None
+
+
 def _inside(root: Path, base: str, target: str) -> tuple[str | None, bool]:
     """(pack-relative path, exists) of ``target`` relative to folder ``base``; None when it escapes."""
     rel = posixpath.normpath(posixpath.join(base, target))
@@ -217,6 +226,12 @@ def check_manifest_file(root: Path, m: Manifest, name: str | None, version: str 
     if not isinstance(data, dict) or out:
         return out
 
+    if m.kind == "skill-metadata":
+        short, card = plugin_short_description(root), (data.get("interface") or {}).get("short_description")
+        if short is not None and card is not None and card != short:
+            out.append(Finding(rel, _line_of(text, "short_description"), 1, "PLUG010",
+                               f"short_description {card!r} differs from [tool.skill.plugin] short-description "
+                               f"{short!r} in pyproject.toml (the Codex plugin card shows that one)"))
     if m.kind == "plugin":
         if name and data.get("name") != name:
             out.append(Finding(rel, _line_of(text, '"name"'), 1, "PLUG003",

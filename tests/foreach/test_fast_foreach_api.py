@@ -16,7 +16,7 @@ def test_a_missing_jar_is_one_line_naming_the_build_command(monkeypatch, tmp_pat
         ff.foreach_jars()
     message = str(info.value)
     assert "\n" not in message
-    assert "nope.jar not found" in message and "scripts/build_jvm_sink.sh" in message
+    assert "nope.jar not found" in message and "python -m rtm_lakebase.jvm build" in message
 
 
 def test_a_jar_older_than_its_source_is_refused(monkeypatch, tmp_path):
@@ -38,18 +38,75 @@ def test_a_jar_older_than_its_source_is_refused(monkeypatch, tmp_path):
         ff.foreach_jars()
 
 
-@pytest.mark.parametrize("version", ["3.5.3", "4.0.1", "4.4.0", "5.0.0", "dev"])
-def test_an_unsupported_spark_version_is_refused_naming_the_versions_needed(version):
+@pytest.mark.parametrize("version", ["3.5.3", "4.0.1", "4.1.5", "4.2.2", "4.3.1", "4.4.0", "5.0.0", "dev",
+                                     "4.3.0-SNAPSHOT", "4.1.4.dev0", "4.1", ""])
+def test_an_unproven_spark_version_is_refused_naming_the_releases_and_the_alternatives(version):
     with pytest.raises(ff.FastForeachUnavailable) as info:
         ff.check_version(version)
     message = str(info.value)
     assert "\n" not in message
-    assert f"Spark {version} is not supported" in message and "4.1, 4.2, 4.3" in message
+    assert f"Spark {version} is not supported" in message
+    assert "open-source Apache Spark 4.1.0-4.1.4, 4.2.0-4.2.1, 4.3.0" in message
+    assert "start_jvm_sink_query" in message and "df.writeStream.foreach(writer)" in message
 
 
-@pytest.mark.parametrize("version", ["4.1.4", "4.2.1", "4.3.0"])
-def test_supported_versions_pass(version):
+@pytest.mark.parametrize("version", ["4.1.0", "4.1.4", "4.2.0", "4.2.1", "4.3.0"])
+def test_proven_versions_pass(version):
     ff.check_version(version)
+
+
+def test_the_proven_releases_are_the_ones_the_tests_run():
+    # The fast path's version tests run pack_lab.spark_versions.OTHER_VERSIONS; the main suite runs the pin.
+    from pack_lab import spark_versions
+
+    assert {".".join(map(str, r)) for r in ff.PROVEN_RELEASES} == set(spark_versions.ALL_VERSIONS)
+
+
+class _FakeSession:
+    """What the guard reads of a session: its version and its configuration."""
+
+    def __init__(self, version: str, conf: dict[str, str]):
+        self.version = version
+        self.conf = self
+        self._conf = conf
+
+    def get(self, key, default=None):
+        return self._conf.get(key, default)
+
+
+@pytest.mark.parametrize("version", ["4.1.0", "4.2.0", "3.5.2"])
+def test_a_databricks_runtime_is_refused_whatever_spark_version_it_reports(monkeypatch, version):
+    # Databricks Runtime 18 reports Spark 4.1.0 and 19 reports 4.2.0: the version alone would pass.
+    monkeypatch.delenv(ff.DATABRICKS_ENV, raising=False)
+    session = _FakeSession(version, {ff.DATABRICKS_CONF: "18.1.x-scala2.13"})
+    with pytest.raises(ff.FastForeachUnavailable) as info:
+        ff.check_runtime(session)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "Databricks Runtime (18.1.x-scala2.13" in message
+    assert "start_jvm_sink_query" in message and "df.writeStream.foreach(writer)" in message
+    monkeypatch.setenv(ff.DATABRICKS_ENV, "19.0")
+    with pytest.raises(ff.FastForeachUnavailable, match=r"Databricks Runtime \(19\.0, Spark"):
+        ff.check_runtime(_FakeSession(version, {}))
+
+
+def test_open_source_spark_without_databricks_signs_passes(monkeypatch):
+    monkeypatch.delenv(ff.DATABRICKS_ENV, raising=False)
+    ff.check_runtime(_FakeSession("4.2.1", {}))
+    assert ff.databricks_runtime(_FakeSession("4.2.1", {})) is None
+
+
+@pytest.mark.spark
+def test_the_guard_reads_a_real_session(spark, monkeypatch):
+    monkeypatch.delenv(ff.DATABRICKS_ENV, raising=False)
+    ff.check_runtime(spark)  # this suite's PySpark 4.3.0, open source
+    spark.conf.set(ff.DATABRICKS_CONF, "18.1.x-scala2.13")
+    try:
+        with pytest.raises(ff.FastForeachUnavailable, match="does not run on Databricks Runtime"):
+            ff.check_runtime(spark)
+    finally:
+        spark.conf.unset(ff.DATABRICKS_CONF)
+    ff.check_runtime(spark)
 
 
 class _ConnectLikeDataFrame:

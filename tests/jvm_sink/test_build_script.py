@@ -15,36 +15,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_jvm_sink.sh"
 SOURCE = ROOT / "rtm_lakebase" / "jvm" / "PostgresForeachWriter.java"
-OUTCOMES = ROOT / "rtm_lakebase" / "sink" / "outcomes.json"
 FOREACH_SOURCE = ROOT / "rtm_lakebase" / "foreach" / "LowLatencyPythonForeachWriter.java"
 RATE_SOURCE_DIR = ROOT / "pack_lab" / "jvm"  # the lab's rate source, built by the same script
-TOOLS = ["dirname", "sha256sum", "cut", "id", "mktemp", "cat", "grep", "ls", "head", "mkdir", "rm", "mv", "cp",
+TOOLS = ["dirname", "sha256sum", "cut", "id", "mktemp", "cat", "grep", "ls", "head", "mkdir", "rm", "mv",
          "basename"]
 
 
 def copy_of_the_repo(tmp_path: Path) -> Path:
-    """The script and the source in a throwaway tree (the script finds everything relative to itself)."""
+    """The script, the package and the lab's build in a throwaway tree (the script finds everything relative to itself)."""
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
-    (root / "rtm_lakebase" / "jvm").mkdir(parents=True)
-    (root / "rtm_lakebase" / "foreach").mkdir(parents=True)
+    shutil.copytree(ROOT / "rtm_lakebase", root / "rtm_lakebase", ignore=shutil.ignore_patterns("build", "__pycache__"))
     (root / "pack_lab" / "jvm").mkdir(parents=True)
     for source in RATE_SOURCE_DIR.glob("*.java"):
         shutil.copy(source, root / "pack_lab" / "jvm" / source.name)
+    for name in ("__init__.py", "rate_source.py", "build_rate_source.py"):
+        shutil.copy(ROOT / "pack_lab" / name, root / "pack_lab" / name)
     shutil.copy(SCRIPT, root / "scripts" / SCRIPT.name)
-    for source in SOURCE.parent.glob("*.java"):  # the build compiles every .java file there
-        shutil.copy(source, root / "rtm_lakebase" / "jvm" / source.name)
-    shutil.copy(FOREACH_SOURCE, root / "rtm_lakebase" / "foreach" / FOREACH_SOURCE.name)
-    (root / "rtm_lakebase" / "sink").mkdir()
-    shutil.copy(OUTCOMES, root / "rtm_lakebase" / "sink" / OUTCOMES.name)
     return root
 
 
 def sources_sha(folder: Path, *resources: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.java"), key=lambda p: p.name.encode()):
-        digest.update(path.read_bytes())
-    for path in resources:
+    for path in [*sorted(folder.glob("*.java"), key=lambda p: p.name.encode()), *resources]:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -106,8 +99,8 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "compiling the JVM sink" in first.stderr
     with zipfile.ZipFile(jar) as z:
-        assert {"rtm_lakebase/jvm/PostgresForeachWriter.class", "rtm_lakebase/jvm/PgConnector.class",
-                "rtm_lakebase/jvm/outcomes.json"} <= set(z.namelist())
+        assert {"rtm_lakebase/jvm/PostgresForeachWriter.class", "rtm_lakebase/jvm/PgConnector.class"} <= \
+            set(z.namelist())
     assert not list(build.glob(".tmp.*"))  # nothing left behind
 
     foreach_jar = root / "rtm_lakebase" / "foreach" / "build" / "rtm-lakebase-foreach.jar"
@@ -136,12 +129,12 @@ def test_the_jar_is_built_once_and_again_when_the_source_changes(tmp_path):
     source.write_text(source.read_text() + "\n// changed\n")
     changed = run(root, path, PG_JDBC_JAR=str(driver))
     assert changed.returncode == 0 and "compiling the JVM sink" in changed.stderr
-    outcomes = root / "rtm_lakebase" / "sink" / OUTCOMES.name
+    outcomes = root / "rtm_lakebase" / "sink" / "outcomes.json"
     assert (build / "rtm-lakebase-jvm-sink.sha256").read_text().strip() == sources_sha(source.parent, outcomes)
+    with zipfile.ZipFile(build / "rtm-lakebase-jvm-sink.jar") as jar:  # where Outcomes.java loads it from
+        assert jar.read("rtm_lakebase/jvm/outcomes.json") == outcomes.read_bytes()
     helper = next(p for p in source.parent.glob("*.java") if p != source)  # any file there counts
     helper.write_text(helper.read_text() + "\n// changed\n")
-    assert "compiling the JVM sink" in run(root, path, PG_JDBC_JAR=str(driver)).stderr
-    outcomes.write_text(outcomes.read_text() + "\n")  # the outcome table is in the jar: it counts too
     assert "compiling the JVM sink" in run(root, path, PG_JDBC_JAR=str(driver)).stderr
 
     source.write_text(source.read_text() + "\nthis is not Java\n")

@@ -41,13 +41,20 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 WRITER_CLASS = "rtm_lakebase.foreach.LowLatencyPythonForeachWriter"
 HERE = Path(__file__).resolve().parent
 SOURCE_FILE = HERE / "LowLatencyPythonForeachWriter.java"
-#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_FOREACH_JAR`` overrides it.
+#: Where ``python -m rtm_lakebase.jvm build`` puts the jar (git-ignored); ``RTM_FOREACH_JAR`` overrides it.
 DEFAULT_JAR = HERE / "build" / "rtm-lakebase-foreach.jar"
 JAR_ENV = "RTM_FOREACH_JAR"
-#: PySpark release lines whose foreach internals this writer was built and tested against.
-SUPPORTED_LINES = ((4, 1), (4, 2), (4, 3))
-BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
-              f"or compile {SOURCE_FILE.name} with javac against pyspark's jars and set {JAR_ENV} to the jar")
+#: Open-source Spark releases this writer is proven on: per release line, the newest patch release its tests run
+#: (tests/foreach/test_fast_foreach_versions.py: 4.1.4 and 4.2.1; the main suite: 4.3.0). It reflects into
+#: PySpark's private foreach internals, so a later patch, another line or a vendor's fork is refused.
+PROVEN_RELEASES = ((4, 1, 4), (4, 2, 1), (4, 3, 0))
+#: Where a Databricks runtime shows itself: the environment variable its clusters set, and a cluster tag.
+DATABRICKS_ENV = "DATABRICKS_RUNTIME_VERSION"
+DATABRICKS_CONF = "spark.databricks.clusterUsageTags.sparkVersion"
+ALTERNATIVES = ("use the JVM sink (rtm_lakebase.jvm.start_jvm_sink_query) or stock "
+                "df.writeStream.foreach(writer) there")
+BUILD_HINT = ("run `python -m rtm_lakebase.jvm build` (needs a JDK with javac and pyspark installed; "
+              f"in the pack's repository `bash scripts/build_jvm_sink.sh` does it), or set {JAR_ENV} to a built jar")
 
 
 #: Old names of the batch caps (they meant something else than SinkSettings.max_batch_rows): still taken, with a warning.
@@ -81,22 +88,53 @@ def foreach_jars() -> list[str]:
 # --8<-- [end:foreach_jars]
 
 
-def _release_line(version: str) -> tuple[int, int] | None:
-    parts = version.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
+def _release(version: str) -> tuple[int, int, int] | None:
+    parts = version.strip().split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None  # a pre-release, a snapshot or a vendor's suffix
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def proven_releases_text() -> str:
+    """``4.1.0-4.1.4, 4.2.0-4.2.1, 4.3.0``: the releases :func:`check_version` accepts."""
+    return ", ".join(f"{a}.{b}.0" if c == 0 else f"{a}.{b}.0-{a}.{b}.{c}" for a, b, c in PROVEN_RELEASES)
 
 
 def check_version(version: str) -> None:
-    """Raise :class:`FastForeachUnavailable` unless ``version`` is a release line this writer supports."""
-    if _release_line(version) not in SUPPORTED_LINES:
-        lines = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_LINES)
+    """Raise :class:`FastForeachUnavailable` unless ``version`` is an open-source release this writer is proven on."""
+    release = _release(version)
+    if release is None or not any(release[:2] == proven[:2] and release[2] <= proven[2]
+                                  for proven in PROVEN_RELEASES):
         raise FastForeachUnavailable(
-            f"Spark {version} is not supported by the fast foreach path: it needs PySpark {lines} "
-            "(it builds on PySpark's own foreach internals, which differ between releases); "
-            "use writeStream.foreach(writer) there")
+            f"Spark {version} is not supported by the fast foreach path, which is proven only on open-source "
+            f"Apache Spark {proven_releases_text()} (it reflects into PySpark's private foreach internals): "
+            + ALTERNATIVES)
+
+
+def databricks_runtime(spark: Any = None) -> str | None:
+    """The Databricks runtime version this process runs on, or None on open-source Spark."""
+    found = os.environ.get(DATABRICKS_ENV, "").strip()
+    if found:
+        return found
+    if spark is not None:
+        try:
+            tag = spark.conf.get(DATABRICKS_CONF, None)
+        except Exception:  # a session without that key or a closed one: no sign of Databricks
+            tag = None
+        if tag:
+            return str(tag)
+    return None
+
+
+def check_runtime(spark: Any) -> None:
+    """Refuse, in one line naming the alternatives, any Spark but the open-source releases this path is proven on."""
+    runtime = databricks_runtime(spark)
+    if runtime is not None:
+        raise FastForeachUnavailable(
+            f"the fast foreach path does not run on Databricks Runtime ({runtime}, Spark {spark.version}): "
+            "its Spark is a fork whose private foreach internals this writer was never tested against; "
+            + ALTERNATIVES)
+    check_version(spark.version)
 
 
 def _classic_handles(df: DataFrame):
@@ -131,7 +169,7 @@ def build_jvm_writer(df: DataFrame, writer: Any, *, worker_batch_rows: int = 409
     if worker_batch_rows > 2**31 - 1:
         raise ValueError(f"worker_batch_rows must fit a Java int, got {worker_batch_rows}")
     jvm, jdf = _classic_handles(df)
-    check_version(df.sparkSession.version)
+    check_runtime(df.sparkSession)
 
     from py4j.java_gateway import JavaClass
     from py4j.protocol import Py4JError
@@ -182,7 +220,7 @@ def start_foreach_query(df: DataFrame, writer: Any, *, checkpoint_location: str,
       ``max_batch_rows``/``max_batch_bytes`` here still work, with a warning.)
 
     Raises :class:`FastForeachUnavailable` for a missing or stale jar, Spark Connect,
-    or an unsupported Spark version; ``ValueError`` for bad arguments.
+    a Databricks runtime or an open-source release it is not proven on; ``ValueError`` for bad arguments.
     """
     trigger = dict(trigger) if trigger is not None else {"realTime": "5 minutes"}
     if len(trigger) != 1:
@@ -200,5 +238,6 @@ def start_foreach_query(df: DataFrame, writer: Any, *, checkpoint_location: str,
 # --8<-- [end:start_foreach_query]
 
 
-__all__ = ["DEFAULT_JAR", "FastForeachUnavailable", "WRITER_CLASS", "build_jvm_writer", "check_version",
+__all__ = ["DEFAULT_JAR", "PROVEN_RELEASES", "FastForeachUnavailable", "WRITER_CLASS", "build_jvm_writer",
+           "check_runtime", "check_version", "databricks_runtime",
            "foreach_jars", "start_foreach_query"]

@@ -1,6 +1,6 @@
 /*
  * What a failed connect or write leads to, read from the table both sinks share
- * (rtm_lakebase/sink/outcomes.json, copied into the jar by scripts/build_jvm_sink.sh; twin of
+ * (rtm_lakebase/sink/outcomes.json, copied into the jar by `python -m rtm_lakebase.jvm build`; twin of
  * outcome_rule/classify in rtm_lakebase/sink/errors.py). Rules are tried in order and the first
  * that matches decides: its phase ("any", "connect" or "write"), its SQLSTATE (5 characters: that
  * code; 2: that class) or, for a failure without one, the kind of client-side failure, and

@@ -20,7 +20,6 @@ Lakebase sink's where it has one (``dbtable``, ``upsertkey``, ``batchsize``,
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import os
 from collections.abc import Mapping, Sequence
@@ -39,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 #: The Java class, compiled from ``rtm_lakebase/jvm/PostgresForeachWriter.java``.
 WRITER_CLASS = "rtm_lakebase.jvm.PostgresForeachWriter"
-#: Where ``scripts/build_jvm_sink.sh`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
+#: Where ``python -m rtm_lakebase.jvm build`` puts the jar (git-ignored); ``RTM_JVM_SINK_JAR`` overrides it.
 JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
 #: The failure-outcome table both sinks read; the build stores it in the jar.
@@ -56,8 +55,8 @@ MODES = ("upsert", "insert_ignore", "append")
 #: Seconds a JDBC read may wait for the server before the connection counts as lost (reconnect, retry).
 #: Without it a silent network path (no reset) blocks a flush, and the task, forever.
 SOCKET_TIMEOUT_S = 60
-BUILD_HINT = ("run `bash scripts/build_jvm_sink.sh` in the pack's repository (needs a JDK with javac), "
-              f"or compile {SOURCE_FILE.name} with javac into a jar and set {JAR_ENV} to it")
+BUILD_HINT = ("run `python -m rtm_lakebase.jvm build` (needs a JDK with javac and pyspark installed; "
+              f"in the pack's repository `bash scripts/build_jvm_sink.sh` does it), or set {JAR_ENV} to a built jar")
 
 
 class JvmSinkUnavailable(RuntimeError):
@@ -75,13 +74,10 @@ def jvm_sink_jars() -> list[str]:
 
 
 def _sources_sha() -> str:
-    """The hash the build records: every ``.java`` file beside the writer in name order, then the outcome table."""
-    digest = hashlib.sha256()
-    for path in sorted(SOURCE_FILE.parent.glob("*.java"), key=lambda p: p.name.encode()):
-        digest.update(path.read_bytes())
-    if OUTCOMES_FILE.is_file():
-        digest.update(OUTCOMES_FILE.read_bytes())
-    return digest.hexdigest()
+    """The hash the build records (rtm_lakebase.jvm.build): the ``.java`` files beside the writer, then the table."""
+    from rtm_lakebase.jvm.build import resource_files, sources_sha
+
+    return sources_sha(JVM_DIR, resource_files(OUTCOMES_FILE.parent))
 
 
 def _writer_jar() -> Path:
