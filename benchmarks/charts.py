@@ -127,7 +127,9 @@ def render_kafka_workload(results: Mapping[str, Any], out: Path) -> Path:
     runs = [(entry["path"], run) for entry in results.get("paths", []) for run in entry.get("runs", [])
             if "visible" in run and run["visible"].get("count")]
     fig, (lat, rate) = plt.subplots(1, 2, figsize=(12, 4.4))
-    labels = [f"{PATH_STYLE.get(path, ('', path))[1]}\n@ {run['rate']:,}/s" for path, run in runs]
+    short = {"rtm-jvm": "RTM + JVM sink", "rtm-fast-foreach": "RTM + fast\nPython foreach",
+             "microbatch": "micro-batch +\nPython foreach"}
+    labels = [f"{short.get(path, path)}\n@ {run['rate']:,}/s" for path, run in runs]
     xs = list(range(len(runs)))
     for offset, q, alpha in ((-0.25, "p50", 1.0), (0.0, "p95", 0.7), (0.25, "p99", 0.45)):
         lat.bar([x + offset for x in xs], [max(run["visible"][q], 1) for _, run in runs], width=0.24,
@@ -138,9 +140,12 @@ def render_kafka_workload(results: Mapping[str, Any], out: Path) -> Path:
         if seed.get(f"{q}_ms"):
             lat.axhline(seed[f"{q}_ms"], color="#555555", linestyle=style, linewidth=0.9)
             lat.annotate(f"seed {q} {seed[f'{q}_ms']} ms (Databricks, {seed.get('rate', 0):,}/s)",
-                         xy=(0.01, seed[f"{q}_ms"]), xycoords=("axes fraction", "data"), xytext=(0, 3),
-                         textcoords="offset points", fontsize=7, color="#555555")
+                         xy=(0.99, seed[f"{q}_ms"]), xycoords=("axes fraction", "data"), xytext=(0, 3),
+                         textcoords="offset points", fontsize=7, color="#555555", ha="right")
     _log_axis_ms(lat, "y")
+    from matplotlib.ticker import NullFormatter
+
+    lat.yaxis.set_minor_formatter(NullFormatter())
     lat.set_xticks(xs, labels, fontsize=7)
     lat.set_ylabel("produce → visible in Postgres (ms, log scale)")
     lat.set_title("sink-visible latency per paced run (bars: p50, p95, p99)")
