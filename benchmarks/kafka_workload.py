@@ -232,6 +232,7 @@ class Bench:
         """Produce ``rows`` first, then start the query from the earliest offset; rows/s while it drains."""
         from psycopg import sql
 
+        from benchmarks.rate_sweep import wait_landed
         from pack_lab.sink_clock import visible_clock
 
         with self.point(path, "capacity") as (topic, table, conn, start):
@@ -243,13 +244,7 @@ class Bench:
                 producer.kill()
             self.log(f"  {path}: backlog of {acked} rows produced; draining it")
             query = start()
-            deadline = time.monotonic() + timeout
-            landed = 0
-            while landed < acked and time.monotonic() < deadline:
-                if not query.isActive:
-                    raise RuntimeError(f"query died: {str(query.exception()).splitlines()[0]}")
-                time.sleep(0.25)
-                landed = _count(conn, table)
+            landed = wait_landed(conn, table, query, acked, timeout=timeout, poll=0.25)
             query.stop()
             clock, _ = visible_clock(conn)
             first, last = conn.execute(sql.SQL("SELECT min(" + clock + "), max(" + clock + ") FROM {}")
@@ -263,11 +258,10 @@ class Bench:
 
     def paced(self, path: str, rate: int, seconds: float, warmup: float) -> dict[str, Any]:
         """One paced run at ``rate`` rows/s: latency, sustained rate, CPU and the profile."""
-        from psycopg import sql
 
+        from benchmarks.rate_sweep import landed_rows, wait_landed
         from pack_lab.cpu_profile import CpuSnapshot
         from pack_lab.latency_probe import summarize
-        from pack_lab.sink_clock import visible_clock
 
         with self.point(path, str(rate)) as (topic, table, conn, start):
             query = start()
@@ -290,18 +284,10 @@ class Bench:
                 acked = producer.close() - 1
             finally:
                 producer.kill()
-            drain_deadline = time.monotonic() + max(30.0, seconds)
-            landed = _count(conn, table)
-            while landed < acked and time.monotonic() < drain_deadline:
-                if not query.isActive:
-                    raise RuntimeError(f"query died while draining: {str(query.exception()).splitlines()[0]}")
-                time.sleep(0.25)
-                landed = _count(conn, table)
+            wait_landed(conn, table, query, acked, timeout=max(30.0, seconds))
             profile = CpuSnapshot.take(groups).carry(fed, "producer").since(before)
             query.stop()
-            clock, clock_name = visible_clock(conn)
-            rows = conn.execute(sql.SQL("SELECT sent_ms, plan_ms, " + clock + " FROM {} WHERE id >= 0")
-                                .format(sql.Identifier(table))).fetchall()
+            rows, clock_name = landed_rows(conn, table)
         visible = [r[2] - r[0] for r in rows]
         engine = [r[1] - r[0] for r in rows if r[1] is not None]
         offered = round(sent / fed_s, 1) if fed_s else 0.0
