@@ -328,6 +328,9 @@ def run_path(spark, options: DemoOptions, dsn: str, path: str, log: Log = print,
 
         conn = cleanup.enter_context(psycopg.connect(dsn, autocommit=True, connect_timeout=10))
         source = make_source(spark, options, kafka_bootstrap)
+        if options.source == "kafka":
+            log(f"{tag} source: Kafka topic {source.topic} ({options.partitions} partitions) on "
+                f"{kafka_bootstrap}; latency from the record's produce timestamp to the Postgres commit")
         events = build_pipeline(source.dataframe(), options.pipeline)
         query = start_query(path, events, dsn, table, checkpoint, options)
         cleanup.callback(_stop_query, query)

@@ -166,8 +166,9 @@ def test_a_stateful_query_with_more_tasks_than_slots_fails_with_the_slot_error(s
 
 def test_a_stateless_query_with_more_partitions_than_slots_starves_without_an_error(
         spark, kafka_bootstrap, checkpoint):
-    """6 source tasks on 4 slots, no shuffle: no error, batches keep committing, and the records of
-    the partitions whose tasks got no slot do not reach the sink."""
+    """6 source tasks on 4 slots, no shuffle: no error, and the records of the partitions whose
+    tasks got no slot do not reach the sink (seen: four of six partitions' records arrived while
+    batches kept committing; on a busier machine nothing arrived and no batch committed in 30 s)."""
     topics = KafkaTopics(kafka_bootstrap, spark)
     src, dst = f"wide-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
     topics.create(src, 6)  # 6 source tasks on 4 slots
@@ -188,5 +189,4 @@ def test_a_stateless_query_with_more_partitions_than_slots_starves_without_an_er
     print(f"stateless, 6 partitions on 4 slots: active={active} committed={batches} seen={seen} "
           f"offsets={committed}")
     assert active, "no error is raised"
-    assert batches, "the query keeps committing long batches"
     assert len(seen) < 6, "some partitions' records do not reach the sink"
