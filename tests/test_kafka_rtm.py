@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from pack_lab.kafka_topics import KafkaTopics, wait_for_records
-from pack_lab.replay import committed_batches, rewind_to_batch
+from pack_lab.replay import committed_batches, rewind_to_batch, wait_for_commit
 from rtm_lakebase.pipelines import kafka as kp
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -56,16 +56,6 @@ def to_kafka(df, bootstrap, checkpoint, topic=None, trigger="5 seconds"):
             .outputMode("update").trigger(realTime=trigger).start())
 
 
-def wait_committed(query, checkpoint, batch_id, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while batch_id not in committed_batches(checkpoint):
-        if not query.isActive:
-            raise RuntimeError(f"query died: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"batch {batch_id} not committed after {timeout:.0f} s")
-        time.sleep(0.2)
-
-
 def test_large_payments_filter_project_rekey_into_a_kafka_sink(spark, kafka_bootstrap, topics, checkpoint):
     """Pattern 1, wired by ``start_large_payments_to_kafka`` (startingOffsets latest)."""
     src, dst = topic_name("payments"), topic_name("large")
@@ -75,7 +65,7 @@ def test_large_payments_filter_project_rekey_into_a_kafka_sink(spark, kafka_boot
     query = kp.start_large_payments_to_kafka(spark, kafka_bootstrap, src, dst, checkpoint,
                                              trigger="60 seconds")
     try:
-        wait_committed(query, checkpoint, 0)  # batch 0 resolved 'latest'; batch 1 runs for 60 s
+        wait_for_commit(query, checkpoint, 0)  # batch 0 resolved 'latest'; batch 1 runs for 60 s
         topics.produce(src, payment_records())
         out = wait_for_records(topics, dst, 2, query=query)
         assert committed_batches(checkpoint) == [0], "rows should leave before the long batch commits"
@@ -210,14 +200,14 @@ def hop(spark, kafka_bootstrap, tmp_path_factory):
         query = _dedup_query(spark, kafka_bootstrap, src, mid, ck)
         try:
             wait_for_records(topics, mid, UNIQUE, query=query)
-            wait_committed(query, ck, 0)
+            wait_for_commit(query, ck, 0)
         finally:
             query.stop()
         rewind_to_batch(ck, 0)  # the query died after publishing, before committing batch 0
         query = _dedup_query(spark, kafka_bootstrap, src, mid, ck)
         try:
             wait_for_records(topics, mid, 2 * UNIQUE, query=query)
-            wait_committed(query, ck, 0)
+            wait_for_commit(query, ck, 0)
         finally:
             query.stop()
     finally:
@@ -258,7 +248,7 @@ def test_after_the_hop_an_idempotent_postgres_sink_stays_exact(spark, kafka_boot
                 time.sleep(0.3)
         # let the long batch that read all ten published rows commit, then look again
         batches = committed_batches(checkpoint)
-        wait_committed(query, checkpoint, (batches[-1] + 1) if batches else 0)
+        wait_for_commit(query, checkpoint, (batches[-1] + 1) if batches else 0)
     finally:
         query.stop()
     with psycopg.connect(pg_dsn) as conn:
