@@ -114,3 +114,23 @@ class KafkaTopics:
         if self._lab is not None:
             return _parse(self._lab.consume(self.bootstrap, topic, timeout_ms))
         return _parse(self._cli("consume", self.bootstrap, topic))
+
+
+def wait_for_records(topics: KafkaTopics, topic: str, count: int, query: Any = None,
+                     timeout: float = 120.0) -> list[Record]:
+    """Read ``topic`` until it holds at least ``count`` records; fail early when ``query`` dies.
+
+    The timeout only catches a hang; it is not a latency assertion.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        records = topics.read(topic, timeout_ms=10_000)
+        if len(records) >= count:
+            return records
+        if query is not None and not query.isActive:
+            raise RuntimeError(f"the query died before {topic} held {count} records: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic} holds {len(records)} of {count} records after {timeout:.0f} s")
+        time.sleep(0.3)

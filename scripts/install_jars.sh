@@ -35,7 +35,7 @@ _jars_install() {
       return 0
     fi
   fi
-  "$py" -m pack_lab.maven_jars fetch kafka-broker spark-kafka-4.3.0 pgjdbc || return 1
+  (cd "$root" && "$py" -m pack_lab.maven_jars fetch kafka-broker spark-kafka-4.3.0 pgjdbc) || return 1
 
   # --- the lab's Kafka client (pack_lab/jvm/kafka) ------------------------------------
   javac_bin=""

@@ -40,11 +40,15 @@ JVM_DIR = Path(__file__).resolve().parent
 SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
 JAR_ENV = "RTM_JVM_SINK_JAR"
-#: The Postgres JDBC driver: ``$PG_JDBC_JAR``, else Debian's ``libpostgresql-jdbc-java`` copy.
+#: The Postgres JDBC driver: ``$PG_JDBC_JAR``; else the pinned pgjdbc the set-up fetched from Maven
+#: Central into ``.cache/jars/pgjdbc/`` (checksum checked: ``pack_lab/maven_jars.py``); else
+#: Debian's ``libpostgresql-jdbc-java`` copy.
 DRIVER_ENV = "PG_JDBC_JAR"
+PG_JDBC_VERSION = "42.7.14"
+CACHED_DRIVER = JVM_DIR.parent.parent / ".cache" / "jars" / "pgjdbc" / f"postgresql-{PG_JDBC_VERSION}.jar"
 SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
 #: For clusters: ``spark.jars.packages`` with these Maven coordinates fetches the driver.
-PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
+PG_JDBC_MAVEN = f"org.postgresql:postgresql:{PG_JDBC_VERSION}"
 
 MODES = ("upsert", "insert_ignore", "append")
 #: Seconds a JDBC read may wait for the server before the connection counts as lost (reconnect, retry).
@@ -99,10 +103,13 @@ def _driver_jar() -> Path:
             raise JvmSinkUnavailable(f"${DRIVER_ENV}={override} is not a file; point it at the Postgres JDBC "
                                      "driver jar (postgresql-42.x.jar)")
         return Path(override)
+    if CACHED_DRIVER.is_file() and (CACHED_DRIVER.parent / ".verified").is_file():
+        return CACHED_DRIVER
     if SYSTEM_DRIVER.is_file():
         return SYSTEM_DRIVER
     raise JvmSinkUnavailable(
-        f"the Postgres JDBC driver was not found: set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
+        f"the Postgres JDBC driver was not found: run `bash scripts/setup.sh` (fetches pgjdbc {PG_JDBC_VERSION} "
+        f"into {CACHED_DRIVER.parent}), set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
         f"Debian's copy (apt-get install libpostgresql-jdbc-java → {SYSTEM_DRIVER}); on a cluster use "
         f"spark.jars.packages={PG_JDBC_MAVEN}")
 

@@ -77,11 +77,27 @@ public final class KafkaLab {
     return new ProducerRecord<>(topic, partition, key, parts[at + 1]);
   }
 
+  /** One producer per bootstrap address, reused across calls (creating one costs a metadata round trip). */
+  private static final Map<String, KafkaProducer<String, String>> PRODUCERS = new HashMap<>();
+
+  private static synchronized KafkaProducer<String, String> sharedProducer(String bootstrap) {
+    return PRODUCERS.computeIfAbsent(bootstrap, KafkaLab::producer);
+  }
+
+  /** Close the producers {@link #produce} keeps (the JVM exiting closes them too). */
+  public static synchronized void closeProducers() {
+    for (KafkaProducer<String, String> producer : PRODUCERS.values()) {
+      producer.close(Duration.ofSeconds(10));
+    }
+    PRODUCERS.clear();
+  }
+
   private static long send(String bootstrap, String topic, String lines, boolean withPartition)
       throws Exception {
     long sent = 0;
-    try (KafkaProducer<String, String> producer = producer(bootstrap)) {
-      List<java.util.concurrent.Future<?>> acks = new ArrayList<>();
+    KafkaProducer<String, String> producer = sharedProducer(bootstrap);
+    List<java.util.concurrent.Future<?>> acks = new ArrayList<>();
+    try {
       for (String line : lines.split("\n")) {
         if (!line.isEmpty()) {
           acks.add(producer.send(record(topic, line, withPartition)));
@@ -92,6 +108,12 @@ public final class KafkaLab {
       for (java.util.concurrent.Future<?> ack : acks) {
         ack.get();  // surface a failed send
       }
+    } catch (Exception e) {
+      synchronized (KafkaLab.class) {  // a broken producer is not reused
+        PRODUCERS.remove(bootstrap);
+      }
+      producer.close(Duration.ZERO);
+      throw e;
     }
     return sent;
   }
