@@ -13,6 +13,7 @@ and no timestamp or software tag in the PNG metadata.
 - ``foreach_latency.json`` → ``foreach_latency.png``: end-to-end p50 and p99 per case;
 - ``sink_benchmark.json`` → ``sink_benchmark.png``: rows/s of each writer;
 - ``soak.json`` → ``soak.png``: latency per window, memory and connections over a soak;
+- ``kafka_workload.json`` → ``kafka_workload.png``: Kafka → Spark → Postgres latency and rates per path.
 
 The demo's chart is drawn by ``pack_lab/charts.py`` with the same primitives.
 """
@@ -67,6 +68,65 @@ def render_rate_sweep(results: Mapping[str, Any], out: Path) -> Path:
                  f"{machine.get('spark_master', '')}, pyspark {machine.get('pyspark', '?')}, "
                  f"trigger {results.get('trigger', '?')} ({results.get('date', '')})", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return save(fig, out)
+
+
+# ------------------------------------------------------------------ kafka workload
+
+
+def render_kafka_workload(results: Mapping[str, Any], out: Path) -> Path:
+    """Kafka → Spark → Postgres: sink-visible p50/p95/p99 per paced run (log), beside the seed's p50/p95,
+    and offered vs sustained rate per run with each path's measured capacity."""
+    plt = pyplot()
+    runs = [(entry["path"], run) for entry in results.get("paths", []) for run in entry.get("runs", [])
+            if "visible" in run and run["visible"].get("count")]
+    fig, (lat, rate) = plt.subplots(1, 2, figsize=(12, 4.4))
+    short = {"rtm-jvm": "RTM + JVM sink", "rtm-fast-foreach": "RTM + fast\nPython foreach",
+             "microbatch": "micro-batch +\nPython foreach"}
+    labels = [f"{short.get(path, path)}\n@ {run['rate']:,}/s" for path, run in runs]
+    xs = list(range(len(runs)))
+    for offset, q, alpha in ((-0.25, "p50", 1.0), (0.0, "p95", 0.7), (0.25, "p99", 0.45)):
+        lat.bar([x + offset for x in xs], [max(run["visible"][q], 1) for _, run in runs], width=0.24,
+                color=[PATH_STYLE.get(path, ("#777777", ""))[0] for path, _ in runs], alpha=alpha,
+                label=q)
+    seed = results.get("seed", {})
+    for q, style in (("p50", ":"), ("p95", "--")):
+        if seed.get(f"{q}_ms"):
+            lat.axhline(seed[f"{q}_ms"], color="#555555", linestyle=style, linewidth=0.9)
+            lat.annotate(f"seed {q} {seed[f'{q}_ms']} ms (Databricks, {seed.get('rate', 0):,}/s)",
+                         xy=(0.99, seed[f"{q}_ms"]), xycoords=("axes fraction", "data"), xytext=(0, 3),
+                         textcoords="offset points", fontsize=7, color="#555555", ha="right")
+    log_axis_ms(lat, "y")
+    from matplotlib.ticker import NullFormatter
+
+    lat.yaxis.set_minor_formatter(NullFormatter())
+    lat.set_xticks(xs, labels, fontsize=7)
+    lat.set_ylabel("produce → visible in Postgres (ms, log scale)")
+    lat.set_title("sink-visible latency per paced run (bars: p50, p95, p99)")
+    lat.grid(True, axis="y", linewidth=0.4, alpha=0.6)
+    offered = [run["offered_rows_per_s"] for _, run in runs]
+    sustained = [run["sustained_rows_per_s"] for _, run in runs]
+    rate.bar([x - 0.2 for x in xs], offered, width=0.4, color="#bbbbbb", label="offered")
+    rate.bar([x + 0.2 for x in xs], sustained, width=0.4,
+             color=[PATH_STYLE.get(path, ("#777777", ""))[0] for path, _ in runs], label="sustained")
+    for x, (path, run) in zip(xs, runs, strict=True):
+        capacity = next((e.get("capacity", {}).get("rows_per_s") for e in results["paths"] if e["path"] == path),
+                        None)
+        if capacity:
+            rate.plot([x - 0.4, x + 0.4], [capacity, capacity], color="#333333", linewidth=1.2)
+        rate.annotate("kept up" if run.get("sustained") else "fell behind", xy=(x + 0.2, run["sustained_rows_per_s"]),
+                      xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+    rate.set_xticks(xs, labels, fontsize=7)
+    rate.set_ylabel("rows per second")
+    rate.set_title("offered vs sustained (black line: capacity from a backlog)")
+    rate.grid(True, axis="y", linewidth=0.4, alpha=0.6)
+    rate.legend(fontsize=8, frameon=False, loc="upper right")
+    machine, setup = results.get("machine", {}), results.get("setup", {})
+    fig.suptitle(f"Kafka → Spark → Postgres on {machine.get('cores', '?')} cores shared by broker, Spark and "
+                 f"Postgres — {setup.get('kafka_partitions', '?')} partition(s), real-time trigger "
+                 f"{setup.get('trigger_realtime', '?')}, load average {machine.get('load_average_1m_at_start', '?')}"
+                 f"→{machine.get('load_average_1m_at_end', '?')} ({results.get('date', '')})", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return save(fig, out)
 
 
@@ -179,6 +239,7 @@ CHARTS: dict[str, tuple[Callable[[Mapping[str, Any], Path], Path], str]] = {
     "foreach_latency.json": (render_foreach_latency, "foreach_latency.png"),
     "sink_benchmark.json": (render_sink_benchmark, "sink_benchmark.png"),
     "soak.json": (render_soak, "soak.png"),
+    "kafka_workload.json": (render_kafka_workload, "kafka_workload.png"),
 }
 
 

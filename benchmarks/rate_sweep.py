@@ -160,6 +160,31 @@ def _count(conn, table: str) -> int:
         sql.Identifier(table))).fetchone()[0]
 
 
+def wait_landed(conn, table: str, query, expected: int, timeout: float, poll: float = 0.2) -> int:
+    """Rows landed in ``table`` (``id >= 0``), polled until ``expected`` did or ``timeout`` seconds passed;
+    raises when the query dies meanwhile."""
+    deadline = time.monotonic() + timeout
+    landed = _count(conn, table)
+    while landed < expected and time.monotonic() < deadline:
+        if not query.isActive:
+            raise RuntimeError(f"query died while draining: {str(query.exception()).splitlines()[0]}")
+        time.sleep(poll)
+        landed = _count(conn, table)
+    return landed
+
+
+def landed_rows(conn, table: str) -> tuple[list[tuple[int, int | None, int]], str]:
+    """``(sent_ms, plan_ms, visible_ms)`` of every landed row (``id >= 0``) and the visibility clock's name."""
+    from psycopg import sql
+
+    from pack_lab.sink_clock import visible_clock
+
+    clock, clock_name = visible_clock(conn)
+    rows = conn.execute(sql.SQL("SELECT sent_ms, plan_ms, " + clock + " FROM {} WHERE id >= 0")
+                        .format(sql.Identifier(table))).fetchall()
+    return rows, clock_name
+
+
 def feed(source, rate: int | str, seconds: float, progress: Callable[[int], None],
          landed: Callable[[], int] | None = None) -> tuple[int, float]:
     """Add rows stamped with ``sent_ms`` at ``rate`` rows/s for ``seconds``.
@@ -214,7 +239,6 @@ def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, tr
 
     from pack_lab.latency_probe import summarize, with_plan_time
     from pack_lab.rtm_lab import RealTimeMemorySource
-    from pack_lab.sink_clock import visible_clock
 
     table = f"rate_sweep_{path.replace('-', '_')}_{rate}_{int(time.time() * 1000)}"
     trigger_s = float(trigger.split()[0])
@@ -252,18 +276,10 @@ def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, tr
             elapsed = time.monotonic() - started
             return {"path": path, "seconds": round(elapsed, 2), "rows_sent": sent,
                     "rows_landed": landed, "rows_per_s": round(landed / elapsed, 1)}
-        drain_deadline = time.monotonic() + trigger_s * 2 + 20
-        landed = _count(conn, table)
-        while landed < sent and time.monotonic() < drain_deadline:
-            if not query.isActive:
-                raise RuntimeError(f"query died while draining: {str(query.exception()).splitlines()[0]}")
-            time.sleep(0.2)
-            landed = _count(conn, table)
+        wait_landed(conn, table, query, sent, timeout=trigger_s * 2 + 20)
         cpu_s = (tree_cpu_seconds(pid) - cpu_before) if pid else None
         query.stop()
-        clock, clock_name = visible_clock(conn)
-        rows = conn.execute(sql.SQL("SELECT sent_ms, plan_ms, " + clock + " FROM {} WHERE id >= 0")
-                            .format(sql.Identifier(table))).fetchall()
+        rows, clock_name = landed_rows(conn, table)
     visible = [r[2] - r[0] for r in rows]
     engine = [r[1] - r[0] for r in rows if r[1] is not None]
     sink = [r[2] - r[1] for r in rows if r[1] is not None]

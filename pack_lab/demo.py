@@ -283,12 +283,26 @@ def _drop_table(dsn: str, table: str, log: Log) -> None:
         log(f"[demo] could not drop table {table}: {type(exc).__name__}; drop it by hand")
 
 
-def run_path(spark, options: DemoOptions, dsn: str, path: str, log: Log = print) -> PathResult:
+def make_source(spark, options: DemoOptions, kafka_bootstrap: str | None):
+    """The path's upstream: a fresh Kafka topic (``--source kafka``) or the in-memory source."""
+    if options.source == "kafka":
+        from pack_lab.kafka_events import KafkaEventSource
+
+        if not kafka_bootstrap:
+            raise DemoEnvironmentError("--source kafka needs a broker (KAFKA_BOOTSTRAP or the lab's own)")
+        return KafkaEventSource(spark, kafka_bootstrap, options.partitions)
+    from pack_lab.rtm_lab import RealTimeMemorySource
+    from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL
+
+    return RealTimeMemorySource(spark, EVENT_SCHEMA_DDL, num_partitions=options.partitions)
+
+
+def run_path(spark, options: DemoOptions, dsn: str, path: str, log: Log = print,
+             kafka_bootstrap: str | None = None) -> PathResult:
     """Run the workload through ``path`` into a fresh table; verify it; drop the table unless kept."""
     import psycopg
 
-    from pack_lab.rtm_lab import RealTimeMemorySource
-    from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec
+    from pack_lab.upstream_simulator import UpstreamFeeder, UpstreamSpec
 
     result = PathResult(path=path, title=PATH_TITLES[path])
     tag = f"[demo {path}]"
@@ -313,7 +327,10 @@ def run_path(spark, options: DemoOptions, dsn: str, path: str, log: Log = print)
         cleanup.callback(shutil.rmtree, checkpoint, True)
 
         conn = cleanup.enter_context(psycopg.connect(dsn, autocommit=True, connect_timeout=10))
-        source = RealTimeMemorySource(spark, EVENT_SCHEMA_DDL, num_partitions=options.partitions)
+        source = make_source(spark, options, kafka_bootstrap)
+        if options.source == "kafka":
+            log(f"{tag} source: Kafka topic {source.topic} ({options.partitions} partitions) on "
+                f"{kafka_bootstrap}; latency from the record's produce timestamp to the Postgres commit")
         events = build_pipeline(source.dataframe(), options.pipeline)
         query = start_query(path, events, dsn, table, checkpoint, options)
         cleanup.callback(_stop_query, query)
@@ -436,13 +453,42 @@ def start_session(options: DemoOptions, jars: list[str], log: Log = print, clust
     return spark
 
 
+def kafka_source_jars(options: DemoOptions) -> list[str]:
+    """Spark's Kafka connector and the lab's Kafka client, when the demo reads Kafka."""
+    if options.source != "kafka":
+        return []
+    from pack_lab.kafka_topics import kafka_jars
+    from pack_lab.maven_jars import JarsUnavailable
+
+    try:
+        return kafka_jars()
+    except JarsUnavailable as exc:
+        raise DemoEnvironmentError(f"--source kafka: {exc}") from None
+
+
 def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None,
-             cluster_conf=None) -> list[PathResult]:
-    """Run every selected path against ``dsn``, one after the other; return their results."""
+             cluster_conf=None, kafka_bootstrap: str | None = None) -> list[PathResult]:
+    """Run every selected path against ``dsn``, one after the other; return their results.
+
+    With ``options.source == "kafka"`` each path produces into its own topic on
+    ``kafka_bootstrap`` (``$KAFKA_BOOTSTRAP`` or a throwaway local broker when ``None``).
+    """
+    if options.source == "kafka" and kafka_bootstrap is None:
+        from pack_lab.kafka_broker import KafkaUnavailable
+        from pack_lab.kafka_broker import kafka_bootstrap as start_broker
+
+        kafka_source_jars(options)  # a missing jar is an error before a broker starts
+        log("[demo] starting a Kafka broker (set KAFKA_BOOTSTRAP to use your own)")
+        try:
+            with start_broker() as bootstrap:
+                return run_demo(options, dsn, log, spark, cluster_conf, kafka_bootstrap=bootstrap)
+        except KafkaUnavailable as exc:
+            raise DemoEnvironmentError(f"--source kafka: {exc}") from None
+    source_jars = kafka_source_jars(options)
     jars, why_not = jvm_sink_jars() if "rtm-jvm" in options.paths else ([], None)
     fast_jars, fast_why_not = fast_foreach_jars() if "rtm-fast-foreach" in options.paths else ([], None)
     if spark is None:
-        spark = start_session(options, jars + fast_jars, log, cluster_conf=cluster_conf)
+        spark = start_session(options, jars + fast_jars + source_jars, log, cluster_conf=cluster_conf)
     else:
         from pack_lab.rtm_lab import local_cores
         from rtm_lakebase.calc.sizing import check_local, stateful_query
@@ -455,6 +501,10 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None,
             raise RuntimeError(local.message)
     if jars and not session_has_jars(spark, jars):
         jars, why_not = [], "the running SparkSession was started without the JVM sink jar"
+    if source_jars and not session_has_jars(spark, source_jars):
+        raise DemoEnvironmentError("--source kafka: the running SparkSession was started without "
+                                   "Spark's Kafka connector; use --source memory or start it with "
+                                   "pack_lab.kafka_topics.kafka_jars()")
     if fast_jars and not session_has_jars(spark, fast_jars):
         fast_jars, fast_why_not = [], "the running SparkSession was started without the fast foreach jar"
     if jars:
@@ -469,7 +519,7 @@ def run_demo(options: DemoOptions, dsn: str, log: Log = print, spark=None,
             results.append(PathResult(path=path, title=PATH_TITLES[path], skipped=skip))
             continue
         try:
-            results.append(run_path(spark, options, dsn, path, log))
+            results.append(run_path(spark, options, dsn, path, log, kafka_bootstrap))
         except DemoEnvironmentError:
             raise
         except Exception as exc:  # the query died, the simulator failed: report, go on

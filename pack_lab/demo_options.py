@@ -119,6 +119,9 @@ class DemoOptions:
     output_dir: str = "demo-output"
     #: "local" (one JVM, local[N]) or "standalone" (a master and two workers started for the run).
     master: str = "local"
+    #: "kafka": the simulator produces into a topic of a real broker (KAFKA_BOOTSTRAP, or a throwaway
+    #: local one) and each path reads it, as the seed does; "memory": the lab's in-memory source (fast tests).
+    source: str = "kafka"
 
     def __post_init__(self) -> None:
         values = {"--rows": self.rows, "--rate": self.rows_per_second, "--keys": self.keys,
@@ -132,6 +135,8 @@ class DemoOptions:
                 raise OptionError(f"{flag} must be {spec.describe()}, got {value!r}")
             spec.parse(flag, repr(int(value)) if spec.integer else repr(float(value)))
         object.__setattr__(self, "trigger", parse_trigger(self.trigger))
+        if self.source not in ("kafka", "memory"):
+            raise OptionError(f"--source must be 'kafka' or 'memory', got {self.source!r}")
         if self.pipeline not in ("dedup", "passthrough"):
             raise OptionError(f"--pipeline must be 'dedup' or 'passthrough', got {self.pipeline!r}")
         if not self.paths or any(path not in PATHS for path in self.paths):
@@ -174,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     number("--keys", defaults.keys, "distinct devices")
     number("--duplicate-pct", f"{defaults.duplicate_pct:g}", "share of rows that are upstream retries")
     number("--partitions", defaults.partitions, "source partitions")
+    parser.add_argument("--source", choices=("kafka", "memory"), default=defaults.source,
+                        help="kafka: produce into a topic of a real broker (KAFKA_BOOTSTRAP, or a throwaway "
+                             "local one) and read it; memory: the lab's in-memory source (default: kafka)")
     parser.add_argument("--pipeline", choices=("dedup", "passthrough"), default=defaults.pipeline)
     parser.add_argument("--trigger", default=defaults.trigger,
                         help="real-time trigger duration (the checkpoint interval), 5 seconds to "
@@ -212,6 +220,7 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
             pipeline=args.pipeline, trigger=args.trigger,
             max_batch_rows=numbers["--max-batch-rows"], max_dwell_ms=numbers["--max-dwell-ms"],
             timeout_s=numbers["--timeout"], keep_table=args.keep_table, seed=numbers["--seed"],
-            paths=PATHS if args.path == "all" else (args.path,), output_dir=output_dir, master=args.master)
+            paths=PATHS if args.path == "all" else (args.path,), output_dir=output_dir, master=args.master,
+            source=args.source)
     except OptionError as exc:
         parser.error(str(exc))

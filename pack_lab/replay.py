@@ -12,6 +12,7 @@ checkpoint folder so the lab can show what a replay does downstream.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -46,3 +47,17 @@ def rewind_to_batch(checkpoint: str | os.PathLike, batch_id: int) -> None:
         name = crc.name[1:-4]
         if name.isdigit() and not (crc.parent / name).exists():
             crc.unlink()
+
+
+def wait_for_commit(query, checkpoint: str | os.PathLike, batch_id: int, timeout: float = 120.0) -> None:
+    """Block until ``query`` committed ``batch_id``; fail early when the query dies.
+
+    The timeout only catches a hang; it is not a latency assertion.
+    """
+    deadline = time.monotonic() + timeout
+    while batch_id not in committed_batches(checkpoint):
+        if not query.isActive:
+            raise RuntimeError(f"query died: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"batch {batch_id} not committed after {timeout:.0f} s")
+        time.sleep(0.2)

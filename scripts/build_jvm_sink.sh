@@ -12,8 +12,9 @@
 #   javac or pyspark change (a content stamp); a .sha256 file next to it records the sources'
 #   hash (the .java files concatenated in name order), which the Python side
 #   (rtm_lakebase.jvm.sink, rtm_lakebase.foreach) checks before using the jar.
-# - The JDBC driver: $PG_JDBC_JAR, else Debian's /usr/share/java/postgresql.jar, installed
-#   here with apt-get (libpostgresql-jdbc-java) when running as root with apt.
+# - The JDBC driver: $PG_JDBC_JAR, else the pinned pgjdbc in .cache/jars/pgjdbc/ (scripts/install_jars.sh),
+#   else Debian's /usr/share/java/postgresql.jar, installed here with apt-get
+#   (libpostgresql-jdbc-java) when running as root with apt.
 # - Without javac (or the driver) this prints how to get it and goes on: the Python sink
 #   works without the JVM one, and the JVM sink's tests skip saying why. Under CI (CI=true)
 #   it installs what is missing when it can and stops when the sink still cannot be built.
@@ -41,6 +42,8 @@ _jvm_sink_build() {
       _jvm_say "PG_JDBC_JAR=$PG_JDBC_JAR is not a file; point it at postgresql-42.x.jar (the JVM sink needs it)"
       [ "$ci" = 1 ] && return 1
     fi
+  elif ls "$root"/.cache/jars/pgjdbc/postgresql-*.jar >/dev/null 2>&1 && [ -f "$root/.cache/jars/pgjdbc/.verified" ]; then
+    :  # the pinned pgjdbc that scripts/install_jars.sh fetched from Maven Central (the default)
   elif [ ! -f /usr/share/java/postgresql.jar ]; then
     if _jvm_can_apt; then
       _jvm_say "installing the Postgres JDBC driver (apt-get install libpostgresql-jdbc-java)"

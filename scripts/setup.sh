@@ -35,6 +35,7 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp_py" ]; then
   echo "$stamp_py" > .venv/.setup-stamp
 fi
 
+source "$PACK_ROOT/scripts/install_jars.sh"  # pinned Maven Central jars: Kafka broker, Spark's Kafka connector, pgjdbc
 source "$PACK_ROOT/scripts/build_jvm_sink.sh"  # the JVM sink jar and the Postgres JDBC driver
 source "$PACK_ROOT/scripts/install_chromium.sh"  # chromium for the site's browser test (installed in CI)
 source "$PACK_ROOT/scripts/install_bubblewrap.sh"  # bubblewrap: the sandbox graded eval answers run in (installed in CI)

@@ -50,6 +50,13 @@ def spark():
         jars += rate_source_jars()
     except RateSourceUnavailable:
         pass
+    try:  # Spark's Kafka connector and the lab's Kafka client (scripts/install_jars.sh)
+        from pack_lab.kafka_topics import kafka_jars
+        from pack_lab.maven_jars import JarsUnavailable
+
+        jars += kafka_jars()
+    except JarsUnavailable:
+        pass
     session = build_session(cores=SPARK_CORES, shuffle_partitions=SHUFFLE_PARTITIONS,
                             app_name="rtm-pack-tests", jars=jars or None)
     # recentProgress keeps 100 batches by default; a quiet machine runs more than that in one test,
@@ -92,6 +99,32 @@ def pg_server():
 
     with EmbeddedPostgres(log=lambda _msg: None) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """The session's Kafka broker: ``None`` when ``KAFKA_BOOTSTRAP`` points at one of your own,
+    else a throwaway local one (``pack_lab/kafka_broker.py``) that fault tests may restart.
+    Skips when Java or the broker's jars are missing (``scripts/install_jars.sh`` fetches them)."""
+    from pack_lab.kafka_broker import BOOTSTRAP_ENV, KafkaBroker, KafkaUnavailable
+
+    if os.environ.get(BOOTSTRAP_ENV, "").strip():
+        yield None
+        return
+    try:
+        broker = KafkaBroker(log=lambda _msg: None)
+    except KafkaUnavailable as exc:
+        pytest.skip(str(exc))
+    with broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker):
+    """Bootstrap address of the session's broker (``$KAFKA_BOOTSTRAP`` or the local one)."""
+    from pack_lab.kafka_broker import BOOTSTRAP_ENV
+
+    return kafka_broker.bootstrap if kafka_broker is not None else os.environ[BOOTSTRAP_ENV].strip()
 
 
 @pytest.fixture

@@ -310,7 +310,7 @@ def test_demo_lands_each_distinct_event_once_on_every_path(spark, pg_dsn, pg_con
         fast_built = True
     except FastForeachUnavailable:
         fast_built = False
-    options = DemoOptions(rows=1500, rows_per_second=750, keys=50, duplicate_pct=10,
+    options = DemoOptions(source="memory", rows=1500, rows_per_second=750, keys=50, duplicate_pct=10,
                           partitions=1, timeout_s=150, trigger="5 seconds")
     before = set(demo_tables(pg_conn))
     lines = []
@@ -339,7 +339,7 @@ def test_demo_lands_each_distinct_event_once_on_every_path(spark, pg_dsn, pg_con
 @pytest.mark.spark
 def test_without_the_jvm_sink_it_says_why_and_runs_the_rest(spark, monkeypatch):
     monkeypatch.setattr(demo, "jvm_sink_jars", lambda: ([], "javac not found: install a JDK"))
-    options = DemoOptions(paths=("rtm-jvm",))
+    options = DemoOptions(source="memory", paths=("rtm-jvm",))
     lines = []
     [result] = demo.run_demo(options, "host=unused", log=lines.append, spark=spark)
     assert result.skipped == "javac not found: install a JDK" and not result.ran
@@ -364,7 +364,7 @@ def test_mismatch_and_failure_are_reported():
 @pytest.mark.spark
 def test_too_few_slots_in_the_running_session_fails_before_any_table(spark, pg_dsn, pg_conn):
     """The shared session has 4 slots; 3 source + 2 shuffle partitions need 5."""
-    options = DemoOptions(rows=10, partitions=3, paths=("rtm-python",))
+    options = DemoOptions(source="memory", rows=10, partitions=3, paths=("rtm-python",))
     before = set(demo_tables(pg_conn))
     with pytest.raises(RuntimeError, match="CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT|slot"):
         demo.run_demo(options, pg_dsn, log=lambda _line: None, spark=spark)
@@ -394,7 +394,7 @@ def test_a_failing_path_leaves_no_checkpoint_and_no_table_unless_kept(
 
     monkeypatch.setattr(demo, "start_query", broken_start)
     before = set(demo_tables(pg_conn))
-    options = DemoOptions(partitions=1, paths=("microbatch",), keep_table=keep_table)
+    options = DemoOptions(source="memory", partitions=1, paths=("microbatch",), keep_table=keep_table)
     [result] = demo.run_demo(options, pg_dsn, log=lambda _line: None, spark=spark)
     assert result.error == "the sink refused to start" and not result.ok
     assert not list(tmp_path.glob(demo.CHECKPOINT_PREFIX + "*"))
@@ -404,3 +404,24 @@ def test_a_failing_path_leaves_no_checkpoint_and_no_table_unless_kept(
         pg_conn.execute(f'DROP TABLE "{left.pop()}"')
     else:
         assert not left
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_the_demo_reads_kafka_and_every_table_is_exact(spark, kafka_bootstrap, pg_dsn):
+    """--source kafka (the default): the simulator produces into a topic (keyed by device, two
+    partitions, duplicates) and the path reads it; latency runs from the Kafka record timestamp."""
+    options = DemoOptions(source="kafka", rows=600, rows_per_second=300, keys=30, duplicate_pct=10,
+                          partitions=2, timeout_s=150, trigger="5 seconds", paths=("rtm-jvm", "rtm-python"))
+    lines = []
+    results = demo.run_demo(options, pg_dsn, log=lines.append, spark=spark, kafka_bootstrap=kafka_bootstrap)
+    for result in results:
+        if result.skipped:
+            continue
+        assert result.error is None, result
+        assert (result.rows_sent, result.duplicates_sent, result.distinct_sent) == (600, 60, 540)
+        assert (result.rows_in_table, result.missing, result.unexpected, result.duplicated) == (540, 0, 0, 0)
+        assert result.latency["count"] == 540 and result.latency["p50"] >= 0
+    assert any(not r.skipped for r in results)
+    assert DemoOptions().source == "kafka"

@@ -16,12 +16,10 @@ The second query reads everything published:
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from pack_lab.file_sink import JsonLinesForeachWriter, read_rows, wait_for_rows
-from pack_lab.replay import committed_batches, rewind_to_batch
+from pack_lab.replay import rewind_to_batch, wait_for_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -35,16 +33,6 @@ UNIQUE = 5
 def _start(df, out, checkpoint):
     return (df.writeStream.foreach(JsonLinesForeachWriter(out)).outputMode("update")
             .trigger(realTime="5 seconds").option("checkpointLocation", str(checkpoint)).start())
-
-
-def _wait_committed(query, checkpoint, batch_id, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while batch_id not in committed_batches(checkpoint):
-        if not query.isActive:
-            raise RuntimeError(f"query died: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"batch {batch_id} not committed after {timeout:.0f} s")
-        time.sleep(0.2)
 
 
 def _latest_counts(rows):
@@ -67,7 +55,7 @@ def published(spark, tmp_path_factory):
     try:
         source.add([{"event_id": e, "device": d} for e, d in EVENTS])
         wait_for_rows(topic, UNIQUE, query=query)
-        _wait_committed(query, ck, 0)
+        wait_for_commit(query, ck, 0)
     finally:
         query.stop()
     first_run = read_rows(topic)
@@ -77,7 +65,7 @@ def published(spark, tmp_path_factory):
     query = _start(dedup, topic, ck)
     try:
         rows = wait_for_rows(topic, 2 * UNIQUE, query=query)
-        _wait_committed(query, ck, 0)
+        wait_for_commit(query, ck, 0)
     finally:
         query.stop()
     return read_rows(topic) if len(rows) < 2 * UNIQUE else rows
@@ -93,7 +81,7 @@ def _count_query(spark, tmp_path, name, published_rows, build, shuffle_partition
     query = _start(build(source.dataframe()), out, ck)
     try:
         source.add(published_rows)
-        _wait_committed(query, ck, 0)  # every row was added before the first batch ended
+        wait_for_commit(query, ck, 0)  # every row was added before the first batch ended
         wait_for_rows(out, 1, query=query)
         return _latest_counts(read_rows(out))
     finally:
@@ -138,7 +126,7 @@ def test_insert_if_absent_downstream_stays_exact(spark, tmp_path, published, pg_
                  .trigger(realTime="5 seconds").option("checkpointLocation", str(ck)).start())
         try:
             source.add(published)
-            _wait_committed(query, ck, 0)
+            wait_for_commit(query, ck, 0)
         finally:
             query.stop()
         with psycopg.connect(pg_dsn) as conn:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rtm_lakebase.jvm.build import CACHED_DRIVER, DRIVER_ENV, PG_JDBC_MAVEN, PG_JDBC_VERSION, SYSTEM_DRIVER
 from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
 from rtm_lakebase.sink.deprecated_names import take_old_names
 from rtm_lakebase.sink.settings import SinkSettings
@@ -45,11 +46,8 @@ SOURCE_FILE = JVM_DIR / "PostgresForeachWriter.java"
 OUTCOMES_FILE = JVM_DIR.parent / "sink" / "outcomes.json"
 DEFAULT_JAR = JVM_DIR / "build" / "rtm-lakebase-jvm-sink.jar"
 JAR_ENV = "RTM_JVM_SINK_JAR"
-#: The Postgres JDBC driver: ``$PG_JDBC_JAR``, else Debian's ``libpostgresql-jdbc-java`` copy.
-DRIVER_ENV = "PG_JDBC_JAR"
-SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
-#: For clusters: ``spark.jars.packages`` with these Maven coordinates fetches the driver.
-PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
+#: The Postgres JDBC driver's lookup (``$PG_JDBC_JAR``, the set-up's pinned pgjdbc, Debian's copy) and its
+#: Maven coordinates for clusters are defined once, in rtm_lakebase.jvm.build.
 
 MODES = ("upsert", "insert_ignore", "append")
 #: Seconds a JDBC read may wait for the server before the connection counts as lost (reconnect, retry).
@@ -103,10 +101,13 @@ def _driver_jar() -> Path:
             raise JvmSinkUnavailable(f"${DRIVER_ENV}={override} is not a file; point it at the Postgres JDBC "
                                      "driver jar (postgresql-42.x.jar)")
         return Path(override)
+    if CACHED_DRIVER.is_file() and (CACHED_DRIVER.parent / ".verified").is_file():
+        return CACHED_DRIVER
     if SYSTEM_DRIVER.is_file():
         return SYSTEM_DRIVER
     raise JvmSinkUnavailable(
-        f"the Postgres JDBC driver was not found: set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
+        f"the Postgres JDBC driver was not found: run `bash scripts/setup.sh` (fetches pgjdbc {PG_JDBC_VERSION} "
+        f"into {CACHED_DRIVER.parent}), set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
         f"Debian's copy (apt-get install libpostgresql-jdbc-java → {SYSTEM_DRIVER}); on a cluster use "
         f"spark.jars.packages={PG_JDBC_MAVEN}")
 

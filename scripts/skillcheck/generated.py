@@ -58,6 +58,8 @@ GENERATORS: dict[str, Generator] = {
     "sink-benchmark": Generator("benchmarks/sink_benchmark.py", "render_markdown",
                                 "benchmarks/results/sink_benchmark.json"),
     "rate-sweep": Generator("benchmarks/rate_sweep.py", "markdown_table", "benchmarks/results/rate_sweep.json"),
+    "kafka-workload": Generator("benchmarks/kafka_workload.py", "markdown_table",
+                                "benchmarks/results/kafka_workload.json"),
     "fast-foreach": Generator("benchmarks/rate_sweep.py", "fast_foreach_table", "benchmarks/results/rate_sweep.json"),
     "support-matrix": Generator("pack_lab/support_matrix.py", "markdown_block",
                                 "tests/data/support_matrix_results.json"),

@@ -40,7 +40,7 @@ def built(tmp_path_factory):
         pytest.skip("no javac on this machine")
     skill = copy_package(tmp_path_factory.mktemp("installed-skill"))
     (skill / "rtm_lakebase" / "sink" / "sqlstates.json").write_text('{"08006": "connection"}\n')
-    driver = skill / "postgresql-42.7.13.jar"
+    driver = skill / "postgresql-42.7.14.jar"
     driver.write_bytes(b"PK")
     first = run(skill, "-m", "rtm_lakebase.jvm", "build", "--jdbc", str(driver))
     again = run(skill, "-m", "rtm_lakebase.jvm", "build", "--jdbc", str(driver))

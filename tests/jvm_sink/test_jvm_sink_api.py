@@ -88,6 +88,7 @@ def test_stale_jar_is_refused_until_rebuilt(monkeypatch, tmp_path):
     outcomes.write_text("{}")
     monkeypatch.setattr(jvm_sink, "OUTCOMES_FILE", outcomes)
     monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "postgresql.jar")
+    monkeypatch.setattr(jvm_sink, "CACHED_DRIVER", tmp_path / "no-cache" / "postgresql-42.7.14.jar")
     (tmp_path / "postgresql.jar").write_bytes(b"PK")
     monkeypatch.delenv("PG_JDBC_JAR", raising=False)
     jar.with_suffix(".sha256").write_text(hashlib.sha256(b"class B {}").hexdigest())
@@ -104,6 +105,7 @@ def test_missing_driver_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setattr(jvm_sink, "_writer_jar", lambda: tmp_path / "sink.jar")
     monkeypatch.delenv("PG_JDBC_JAR", raising=False)
     monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "absent.jar")
+    monkeypatch.setattr(jvm_sink, "CACHED_DRIVER", tmp_path / "no-cache" / "postgresql-42.7.14.jar")
     with pytest.raises(JvmSinkUnavailable, match="libpostgresql-jdbc-java.*spark.jars.packages=org.postgresql"):
         jvm_sink_jars()
     monkeypatch.setenv("PG_JDBC_JAR", str(tmp_path / "gone.jar"))
@@ -231,3 +233,23 @@ def test_old_and_new_name_together_are_refused():
                          upsertkey="b")
     with pytest.raises(TypeError, match="unexpected keyword argument 'batch_size'"):
         build_jvm_writer(_fake_spark(_Package()), dsn="host=h dbname=d", table="t", batch_size=3)
+
+
+def test_the_pinned_pgjdbc_from_maven_central_is_the_default_driver(monkeypatch, tmp_path):
+    """Lookup order: $PG_JDBC_JAR, then the pinned, checksummed pgjdbc in .cache/jars/pgjdbc/, then Debian's."""
+    from pack_lab import maven_jars
+
+    monkeypatch.delenv("PG_JDBC_JAR", raising=False)
+    assert jvm_sink.PG_JDBC_VERSION == maven_jars.PGJDBC_VERSION
+    assert jvm_sink.CACHED_DRIVER.parent == maven_jars.set_dir("pgjdbc")
+    cached = tmp_path / "pgjdbc" / "postgresql-42.7.14.jar"
+    cached.parent.mkdir()
+    cached.write_bytes(b"PK")
+    monkeypatch.setattr(jvm_sink, "CACHED_DRIVER", cached)
+    monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "debian.jar")
+    (tmp_path / "debian.jar").write_bytes(b"PK")
+    assert jvm_sink._driver_jar() == tmp_path / "debian.jar"  # not verified by the fetch: not used
+    (cached.parent / ".verified").write_text("{}")
+    assert jvm_sink._driver_jar() == cached
+    monkeypatch.setenv("PG_JDBC_JAR", str(tmp_path / "debian.jar"))
+    assert jvm_sink._driver_jar() == tmp_path / "debian.jar"

@@ -31,10 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent
-#: The Postgres JDBC driver: ``--jdbc``, else ``$PG_JDBC_JAR``, else Debian's libpostgresql-jdbc-java copy.
+#: The Postgres JDBC driver: ``--jdbc``, else ``$PG_JDBC_JAR``, else the pinned pgjdbc the repository's set-up
+#: fetched from Maven Central into ``.cache/jars/pgjdbc/`` (checksum checked: ``pack_lab/maven_jars.py``), else
+#: Debian's libpostgresql-jdbc-java copy. (One definition: ``rtm_lakebase.jvm.sink`` imports these.)
 DRIVER_ENV = "PG_JDBC_JAR"
+PG_JDBC_VERSION = "42.7.14"
+CACHED_DRIVER = PACKAGE.parent / ".cache" / "jars" / "pgjdbc" / f"postgresql-{PG_JDBC_VERSION}.jar"
 SYSTEM_DRIVER = Path("/usr/share/java/postgresql.jar")
-PG_JDBC_MAVEN = "org.postgresql:postgresql:42.7.13"
+#: For clusters: ``spark.jars.packages`` with these Maven coordinates fetches the driver.
+PG_JDBC_MAVEN = f"org.postgresql:postgresql:{PG_JDBC_VERSION}"
 JDK_HINT = ("install a JDK 17+ (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless; macOS: brew install "
             "openjdk@17) or set JAVA_HOME to one")
 
@@ -191,6 +196,8 @@ def find_driver(given: str | None = None) -> Path | None:
                 raise BuildError(f"{where}={candidate} is not a file: point it at the Postgres JDBC driver "
                                  "(postgresql-42.x.jar)")
             return Path(candidate).resolve()
+    if CACHED_DRIVER.is_file() and (CACHED_DRIVER.parent / ".verified").is_file():
+        return CACHED_DRIVER
     return SYSTEM_DRIVER if SYSTEM_DRIVER.is_file() else None
 
 
