@@ -60,7 +60,8 @@ def test_the_installed_package_builds_both_jars_and_prints_their_paths(built):
         names = set(z.namelist())
     java = {f"rtm_lakebase/jvm/{p.stem}.class" for p in (skill / "rtm_lakebase" / "jvm").glob("*.java")}
     assert java <= names  # every .java in the folder, whatever classes it holds
-    assert "rtm_lakebase/sink/sqlstates.json" in names  # the sink folder's JSON resources ride along
+    # The sink folder's JSON resources ride along, where Outcomes.java loads them (Outcomes.RESOURCE).
+    assert {"rtm_lakebase/jvm/outcomes.json", "rtm_lakebase/jvm/sqlstates.json"} <= names
     with zipfile.ZipFile(fast_jar) as z:
         assert "rtm_lakebase/foreach/LowLatencyPythonForeachWriter.class" in z.namelist()
     assert not list(sink_jar.parent.glob(".tmp.*"))
