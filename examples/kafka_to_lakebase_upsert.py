@@ -5,7 +5,7 @@ connector and this package shipped to the executors, see the sink reference):
 
     PG_DSN='host=... dbname=... user=... sslmode=require' \\
     spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0 \\
-        --py-files rtm_lakebase.zip examples/kafka_to_lakebase_upsert.py \\
+        --py-files rtm_lakebase.zip,examples.zip examples/kafka_to_lakebase_upsert.py \\
         --bootstrap-servers broker:9092 --topic payments --checkpoint /chk/payments
 
 The target table needs a primary key on ``payment_id``:
@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 
-from rtm_lakebase.pipelines import kafka_source_options, parse_payments
+from examples.kafka_patterns import kafka_source_options, parse_payments
 from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 
 COLUMNS = ("payment_id", "account_id", "amount", "currency", "event_ms")

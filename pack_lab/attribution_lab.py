@@ -55,8 +55,8 @@ class TeeWriter:
 
 def sources(spark: SparkSession):
     """(requests, acks): one lab source per stream, one partition each."""
+    from examples.ad_attribution import ACK_SCHEMA_DDL, REQUEST_SCHEMA_DDL
     from pack_lab.rtm_lab import RealTimeMemorySource
-    from rtm_lakebase.pipelines.attribution import ACK_SCHEMA_DDL, REQUEST_SCHEMA_DDL
 
     return (RealTimeMemorySource(spark, REQUEST_SCHEMA_DDL),
             RealTimeMemorySource(spark, ACK_SCHEMA_DDL))

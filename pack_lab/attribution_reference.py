@@ -1,4 +1,4 @@
-"""The attribution rules of ``rtm_lakebase.pipelines.attribution`` in plain Python, for checking Spark's output.
+"""The attribution rules of ``examples/ad_attribution.py`` in plain Python, for checking Spark's output.
 
 Written independently of the ``StatefulProcessor`` (plain dicts, an explicit
 clock) so a test can compare the two row for row. The rules:
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtm_lakebase.pipelines.attribution import MATCHED, UNMATCHED_ACK, UNMATCHED_REQUEST
+from examples.ad_attribution import MATCHED, UNMATCHED_ACK, UNMATCHED_REQUEST
 
 
 @dataclass

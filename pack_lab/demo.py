@@ -87,7 +87,7 @@ def demo_table_ddl(table: str):
 
 def build_pipeline(events, pipeline: str):
     """The streaming DataFrame the demo writes: per-row ingest time, dedup if asked."""
-    from rtm_lakebase.pipelines.real_time import dedup_events, with_ingest_time
+    from examples.real_time_pipelines import dedup_events, with_ingest_time
 
     stamped = with_ingest_time(events).drop("event_time")
     return dedup_events(stamped) if pipeline == "dedup" else stamped

@@ -21,9 +21,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from examples.kafka_patterns import kafka_source_options
 from pack_lab.kafka_topics import KafkaTopics
 from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL
-from rtm_lakebase.pipelines.kafka import kafka_source_options
 
 COLUMNS = tuple(part.split()[0] for part in EVENT_SCHEMA_DDL.split(","))
 

@@ -1,4 +1,4 @@
-"""Ad attribution (``rtm_lakebase/pipelines/attribution.py``) against the plain-Python rules, in and out of Spark.
+"""Ad attribution (``examples/ad_attribution.py``) against the plain-Python rules, in and out of Spark.
 
 - Without Spark: the processor driven by PySpark's ``TwsTester`` (in-memory
   state and timers) is compared row for row with
@@ -20,13 +20,14 @@ from collections import Counter
 
 import pytest
 
+from examples import ad_attribution as A
 from pack_lab.attribution_events import AttributionSpec, generate, split_streams
 from pack_lab.attribution_reference import ReferenceAttribution, expected_output
-from rtm_lakebase.pipelines import attribution as A
+from pack_lab.oracles import output_key
 
 
 def _sorted(rows):
-    return sorted((dict(r) for r in rows), key=A.output_key)
+    return sorted((dict(r) for r in rows), key=output_key)
 
 
 def _as_input(event):
@@ -218,7 +219,7 @@ def test_processor_matches_reference_on_generated_streams(seed, per_row):
     out, tester = run_tws_tester(events, spec.window_ms, per_row=per_row, batch_ms=100)
     want = expected_output(events, spec.window_ms)
     assert _sorted(out) == _sorted(want)
-    assert len({A.output_key(r) for r in out}) == len(out)  # no pair twice
+    assert len({output_key(r) for r in out}) == len(out)  # no pair twice
     assert {r["outcome"] for r in out} == {"matched", "unmatched_request", "unmatched_ack"}
     assert list(tester.handle._timers.getAllKeysWithTimers()) == []
 
@@ -498,8 +499,8 @@ def test_restart_from_the_checkpoint_loses_and_doubles_no_pair(spark, pg_dsn, pg
     assert restart_s < window_ms / 1000 / 2, f"restart took {restart_s:.0f} s: windows may have closed"
     table = _sorted(r for r in _table_rows(pg_conn, table_name) if _not_warm_up(r))
     assert table == _sorted(expected)  # every pair once; no unmatched row from lost state
-    emitted = Counter(A.output_key(r) for r in read_rows(out) if _not_warm_up(r))
-    assert set(emitted) == {A.output_key(r) for r in expected}
+    emitted = Counter(output_key(r) for r in read_rows(out) if _not_warm_up(r))
+    assert set(emitted) == {output_key(r) for r in expected}
 
 
 # ---------------------------------------------------------------------------

@@ -134,7 +134,8 @@ def test_an_answer_that_never_exits_fails_with_the_time_limit_and_leaves_no_proc
     started = time.monotonic()
     ok, evidence = _grade(_answer(tmp_path, "never-exits"), timeout=5)
     assert not ok and evidence.startswith("time limit"), evidence
-    assert time.monotonic() - started < 30
+    # A grader that waited for the answer would hang for ever: 120 s is generous and only catches that.
+    assert time.monotonic() - started < 120
 
 
 def test_home_and_working_folder_are_throwaway_and_the_pack_is_read_only(tmp_path):

@@ -70,7 +70,7 @@ def test_upsert_example_fills_the_table_in_real_time_mode(spark, pg_dsn, pg_conn
 
 def run_example(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "examples" / name), *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **(env or {})}, cwd=REPO)
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, cwd=REPO)
 
 
 def test_sizing_example_prints_the_plan():

@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
+from examples import kafka_patterns as kp
 from pack_lab.kafka_topics import KafkaTopics
 from pack_lab.replay import committed_batches
-from rtm_lakebase.pipelines import kafka as kp
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 

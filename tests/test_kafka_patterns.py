@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from examples import kafka_patterns as kp
 from pack_lab.file_sink import JsonLinesForeachWriter, wait_for_rows
-from rtm_lakebase.pipelines import kafka as kp
 
 KAFKA_DDL = ("key STRING, value STRING, topic STRING, partition INT, offset BIGINT, "
              "timestamp TIMESTAMP")

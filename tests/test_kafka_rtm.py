@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
+from examples import kafka_patterns as kp
 from pack_lab.kafka_topics import KafkaTopics, wait_for_records
 from pack_lab.replay import committed_batches, rewind_to_batch, wait_for_commit
-from rtm_lakebase.pipelines import kafka as kp
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

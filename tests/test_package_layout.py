@@ -134,7 +134,18 @@ def test_the_top_level_holds_only_subpackages():
     loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
     assert loose == [], f"modules outside a subpackage: {loose}"
     rooms = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
-    assert {"sink", "postgres", "jvm", "calc", "pipelines"} <= set(rooms), rooms
+    assert {"sink", "postgres", "jvm", "calc", "check", "foreach"} <= set(rooms), rooms
+
+
+def test_the_package_is_the_library_not_examples_or_oracles():
+    # Pipelines a user copies live in examples/, the tests' oracles in pack_lab/oracles.py (issue 30, item 6).
+    assert not (PACKAGE / "pipelines").exists()
+    import ast
+
+    defined = {node.name for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert not {n for n in defined if n.startswith("expected_")} | ({"latest_updates", "output_key",
+                                                                    "start_upsert_query"} & defined)
 
 
 _IMPORT_EACH = r"""

@@ -3,7 +3,7 @@
 Real-time queries are checked exactly: every test waits until the query's
 progress reports all fed rows as input (so the long batch holding them has
 ended and the ``foreach`` writer has flushed), then compares the whole output
-with the ``expected_*`` functions in ``rtm_lakebase/pipelines/real_time.py``.
+with the ``expected_*`` functions in ``pack_lab/oracles.py``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from collections import Counter
 
 import pytest
 
+from examples import real_time_pipelines as P
+from pack_lab import oracles
 from pack_lab.file_sink import JsonLinesForeachWriter, read_rows
 from pack_lab.upstream_simulator import EVENT_SCHEMA_DDL, UpstreamFeeder, UpstreamSpec, generate_rows
-from rtm_lakebase.pipelines import real_time as P
 
 pytestmark = pytest.mark.spark
 
@@ -104,7 +105,7 @@ def test_dedup_emits_each_event_once(spark, tmp_path, checkpoint):
         state_rows = _state(query, "numRowsTotal")[-1]
     finally:
         query.stop()
-    expected = P.expected_dedup(sent)
+    expected = oracles.expected_dedup(sent)
     assert len(expected) == 640  # 20 % of 800 rows were retries
     assert Counter(r["event_id"] for r in rows) == Counter(expected.keys())
     # The copy kept is the first one sent (a retry follows its original on the same partition).
@@ -145,7 +146,7 @@ def test_bounded_dedup_evicts_state_and_drops_late_retries(spark, tmp_path, chec
     finally:
         query.stop()
     assert fed_so_far >= len(early)
-    expected = P.expected_dedup(early + later_rows)
+    expected = oracles.expected_dedup(early + later_rows)
     assert Counter(r["event_id"] for r in rows) == Counter(expected.keys())
     assert not any(r["seq"] == 10_000 for r in rows)
 
@@ -159,7 +160,7 @@ def test_window_stats_match_python_and_watermark_evicts(spark, tmp_path, checkpo
                                          num_partitions=2, num_keys=4, seed=5, start_ms=T0))
         wait_all_input(query, len(sent))
         rows = read_rows(tmp_path / "out")
-        expected = P.expected_window_stats(sent, 1000)
+        expected = oracles.expected_window_stats(sent, 1000)
         windows = len(expected)
         assert max(_state(query, "numRowsTotal")) == windows
         # Move the watermark 10 minutes on; closed windows leave the state at a batch end.
@@ -177,7 +178,7 @@ def test_window_stats_match_python_and_watermark_evicts(spark, tmp_path, checkpo
         query.stop()
     # Update mode: one updated row per input row; the newest per window is the exact total.
     assert len(rows) == len(sent)
-    newest = P.latest_updates(rows, ("device_id", "window_start_ms"))
+    newest = oracles.latest_updates(rows, ("device_id", "window_start_ms"))
     got = {k: (r["events"], r["value_sum"], r["value_max"]) for k, r in newest.items()}
     assert got == expected
     # The late row changed nothing: it produced no output row for its (closed) window, and no
@@ -199,9 +200,9 @@ def test_device_totals_aggregate_real_time(spark, tmp_path, checkpoint):
         rows = read_rows(tmp_path / "out")
     finally:
         query.stop()
-    newest = P.latest_updates(rows, ("device_id",))
+    newest = oracles.latest_updates(rows, ("device_id",))
     got = {k[0]: (r["events"], r["value_sum"], r["last_event_ms"]) for k, r in newest.items()}
-    assert got == P.expected_device_totals(sent)
+    assert got == oracles.expected_device_totals(sent)
 
 
 @pytest.mark.parametrize("pipeline", [P.device_totals_stateful, P.device_totals_stateful_pandas],
@@ -224,10 +225,10 @@ def test_transform_with_state_in_micro_batch(spark, tmp_path, checkpoint, pipeli
         rows = read_rows(tmp_path / "out")
     finally:
         query.stop()
-    newest = P.latest_updates(rows, ("device_id",))
+    newest = oracles.latest_updates(rows, ("device_id",))
     got = {k[0]: (r["events"], r["value_sum"], r["last_event_ms"]) for k, r in newest.items()}
     # State carried across micro-batches: the totals cover both batches.
-    assert got == P.expected_device_totals(first + second)
+    assert got == oracles.expected_device_totals(first + second)
 
 
 def test_transform_with_state_is_rejected_in_real_time_mode(spark, tmp_path, checkpoint):
@@ -262,11 +263,11 @@ def test_expected_helpers_on_a_hand_example():
         {"event_id": "a", "device_id": "d1", "event_ms": 1_000, "value": 1.0, "seq": 2},
         {"event_id": "c", "device_id": "d2", "event_ms": 2_100, "value": 2.5, "seq": 3},
     ]
-    assert list(P.expected_dedup(rows)) == ["a", "b", "c"]
-    assert P.expected_window_stats(rows, 1000) == {("d1", 1000): (3, 5.0, 3.0), ("d2", 2000): (1, 2.5, 2.5)}
-    assert P.expected_device_totals(rows) == {"d1": (3, 5.0, 1_500), "d2": (1, 2.5, 2_100)}
+    assert list(oracles.expected_dedup(rows)) == ["a", "b", "c"]
+    assert oracles.expected_window_stats(rows, 1000) == {("d1", 1000): (3, 5.0, 3.0), ("d2", 2000): (1, 2.5, 2.5)}
+    assert oracles.expected_device_totals(rows) == {"d1": (3, 5.0, 1_500), "d2": (1, 2.5, 2_100)}
     updates = [{"k": "x", "events": 1}, {"k": "x", "events": 3}, {"k": "x", "events": 2}]
-    assert P.latest_updates(updates, ("k",))[("x",)]["events"] == 3
+    assert oracles.latest_updates(updates, ("k",))[("x",)]["events"] == 3
 
 
 @pytest.mark.postgres
@@ -297,7 +298,7 @@ def test_window_stats_upserted_to_postgres_with_a_count_version(spark, tmp_path,
     try:
         sent = feed(source, UpstreamSpec(rows_per_second=400, total_rows=600, duplicate_pct=10,
                                          num_partitions=2, num_keys=4, seed=11, start_ms=T0))
-        expected = P.expected_window_stats(sent, 1000)
+        expected = oracles.expected_window_stats(sent, 1000)
         wait_all_input(query, len(sent))
         wait_until(lambda: table() == expected, query, timeout=30, what="table equal to expected")
     finally:

@@ -14,7 +14,7 @@ from rtm_lakebase.sink.errors import BadRowError, SinkConnectionError, SinkError
 from rtm_lakebase.sink.metrics import SinkMetrics
 from rtm_lakebase.sink.settings import MODES, SinkMode, SinkSettings
 from rtm_lakebase.sink.statements import create_table_sql
-from rtm_lakebase.sink.writer import PostgresForeachWriter, start_upsert_query
+from rtm_lakebase.sink.writer import PostgresForeachWriter
 
 __all__ = ["MODES", "BadRowError", "PostgresForeachWriter", "SinkConnectionError", "SinkError", "SinkMetrics",
-           "SinkMode", "SinkSettings", "create_table_sql", "start_upsert_query"]
+           "SinkMode", "SinkSettings", "create_table_sql"]

@@ -175,25 +175,4 @@ class PostgresForeachWriter:
             interrupt.fire(error)
 
 
-# --8<-- [start:start_query]
-def start_upsert_query(events, dsn: str, table: str, checkpoint: str, real_time: bool = True):
-    """Stream ``events`` into ``table`` with the idempotent upsert writer."""
-    writer = PostgresForeachWriter(
-        dsn,  # or ConnectionSettings(host=..., password=Secret(...)) / password_provider=...
-        SinkSettings(table=table, key_columns=("id",), version_column="version",
-                     max_batch_rows=1000, max_dwell_ms=100),
-    )
-    stream = (events.writeStream.foreach(writer)
-              .outputMode("update")
-              .option("checkpointLocation", checkpoint))
-    if real_time:
-        # 5 s is the open-source minimum and keeps tests short; production uses minutes
-        # (references/trigger-and-cost-optimization.md, "Trigger length").
-        stream = stream.trigger(realTime="5 seconds")
-    else:
-        stream = stream.trigger(processingTime="0 seconds")
-    return stream.start()
-# --8<-- [end:start_query]
-
-
-__all__ = ["PostgresForeachWriter", "start_upsert_query"]
+__all__ = ["PostgresForeachWriter"]

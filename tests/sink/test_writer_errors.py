@@ -32,45 +32,48 @@ def with_options(dsn: str, options: str) -> ConnectionSettings:
 
 
 def test_statement_timeout_names_the_locked_row_without_retrying(pg_dsn, pg_conn, table_name):
-    """A row held by another session past statement_timeout: named at once, no retry, in about the flush's time."""
+    """A row held by another session past statement_timeout: named at once, not retried."""
     make_table(pg_conn, table_name)
     pg_conn.execute(sql.SQL("INSERT INTO {} VALUES (5, 1, 'held')").format(sql.Identifier(table_name)))
     with psycopg.connect(pg_dsn) as holder:  # not autocommit: keeps its row lock until rollback
         holder.execute(sql.SQL("SELECT * FROM {} WHERE id = 5 FOR UPDATE").format(sql.Identifier(table_name)))
         w = writer(with_options(pg_dsn, "-c statement_timeout=400"), table_name, max_retries=5)
         w.open(0, 0)
-        started = time.monotonic()
         with pytest.raises(BadRowError) as info:
             for i in range(10):
                 w.process({"id": i, "version": 2, "name": f"n{i}"})
             w.close(None)
-        elapsed = time.monotonic() - started
         w.close(info.value)
         holder.rollback()
     assert info.value.key == {"id": 5} and info.value.sqlstate == "57014", str(info.value)
-    assert w.metrics.retries == 0 and w.metrics.conflict_retries == 0
-    assert elapsed < 0.4 * 2 + 1.5  # the flush's own timeout, then a search bounded by it (+ slack)
+    assert w.metrics.retries == 0 and w.metrics.conflict_retries == 0  # one flush, one search, no retry
+    assert w.metrics.rows_written == 0
     assert table_rows(pg_conn, table_name) == [(5, 1, "held")]
 
 
 def test_statement_timeout_of_a_slow_flush_is_a_sink_error_not_retried(pg_dsn, pg_conn, table_name):
     make_table(pg_conn, table_name, {"id": "bigint", "name": "text"})
     slow = f"{table_name}_slow"
+    calls = f"{table_name}_calls"  # a sequence counts the rows the trigger saw: nextval survives a rollback
+    pg_conn.execute(sql.SQL("CREATE SEQUENCE {}").format(sql.Identifier(calls)))
     pg_conn.execute(sql.SQL(
-        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.05); "
-        "RETURN NEW; END $$").format(sql.Identifier(slow)))
+        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval({}); "
+        "PERFORM pg_sleep(0.05); RETURN NEW; END $$").format(sql.Identifier(slow), sql.Literal(calls)))
     pg_conn.execute(sql.SQL("CREATE TRIGGER slow BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()")
                     .format(sql.Identifier(table_name), sql.Identifier(slow)))
     w = writer(with_options(pg_dsn, "-c statement_timeout=300"), table_name)
     w.open(0, 0)
-    started = time.monotonic()
     with pytest.raises(SinkError, match="statement timeout") as info:
         for i in range(40):  # 40 × 50 ms: only the whole flush is too slow, no single row
             w.process({"id": i, "name": "x"})
         w.close(None)
     w.close(info.value)
     assert not isinstance(info.value, BadRowError)
-    assert w.metrics.retries == 0 and time.monotonic() - started < 0.3 * 2 + 1.5
+    assert w.metrics.retries == 0 and w.metrics.conflict_retries == 0
+    # The flush stopped at its 300 ms and the search for a bad row shares that budget: far fewer rows reached
+    # the trigger than the 40 of the flush plus 40 of a row-by-row search that ignored the budget.
+    seen = pg_conn.execute(sql.SQL("SELECT last_value FROM {}").format(sql.Identifier(calls))).fetchone()[0]
+    assert seen < 40, f"the trigger ran {seen} times"
     assert table_rows(pg_conn, table_name) == []
 
 
@@ -80,14 +83,13 @@ def test_index_row_too_big_is_a_bad_row_not_retried(pg_dsn, pg_conn, table_name)
     huge = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(4000))  # incompressible, > 8 kB
     w = writer(pg_dsn, table_name, max_retries=5)
     w.open(0, 0)
-    started = time.monotonic()
     with pytest.raises(BadRowError) as info:
         for i, name in enumerate(["a", "b", huge, "c"]):
             w.process({"id": i, "name": name})
         w.close(None)
     w.close(info.value)
     assert info.value.key == {"id": 2} and info.value.sqlstate == "54000", str(info.value)
-    assert w.metrics.retries == 0 and time.monotonic() - started < 10
+    assert w.metrics.retries == 0 and w.metrics.conflict_retries == 0
     assert table_rows(pg_conn, table_name) == []
 
 
@@ -166,8 +168,7 @@ def test_permanent_error_fails_at_once(pg_dsn, pg_conn, table_name):
     w.open(0, 0)
     w.process({"id": 1, "version": 1, "name": "a"})
     pg_conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table_name)))
-    started = time.monotonic()
     with pytest.raises(SinkError, match="not retried") as info:
         w.close(None)
     assert not isinstance(info.value, BadRowError)
-    assert w.metrics.retries == 0 and time.monotonic() - started < 5
+    assert w.metrics.retries == 0 and w.metrics.conflict_retries == 0 and w.metrics.reconnects == 0

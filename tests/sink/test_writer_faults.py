@@ -53,7 +53,7 @@ def test_wrong_password_fails_at_once_with_a_clear_message(pg_server):
     assert "password authentication failed" in message and "127.0.0.1" in message
     assert "wrong-password-99" not in message and "right-password-42" not in message
     assert w.metrics.retries == 0  # a credential error is not retried
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 90  # catches a hang only: well below libpq's 130 s default connect timeout
     good = ConnectionSettings.from_dsn(pg_server.dsn, password="right-password-42")
     ok = writer(good, "t")
     ok.open(0, 0)
@@ -70,7 +70,7 @@ def test_refused_connection_gives_up_after_bounded_retries():
         w.open(0, 0)
     assert f"port={port}" in str(info.value) and "after 3 attempts" in str(info.value)
     assert w.metrics.retries == 2
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 90  # catches a hang only: well below libpq's 130 s default connect timeout
 
 
 def test_silent_server_hits_connect_timeout_instead_of_hanging():
@@ -82,7 +82,8 @@ def test_silent_server_hits_connect_timeout_instead_of_hanging():
         started = time.monotonic()
         with pytest.raises(SinkConnectionError, match="(?i)timeout"):
             w.open(0, 0)
-        assert time.monotonic() - started < 30  # libpq would wait 130 s without connect_timeout
+        # Generous for a loaded machine, yet well below the 130 s libpq would wait without connect_timeout.
+        assert time.monotonic() - started < 90
 
 
 def test_postgres_restart_mid_stream_recovers_by_itself(pg_server):

@@ -8,8 +8,9 @@ import time
 import psycopg
 import pytest
 
+from examples.upsert_query import start_upsert_query
 from pack_lab.rtm_lab import MIN_REAL_TIME_TRIGGER, RealTimeMemorySource
-from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings, start_upsert_query
+from rtm_lakebase.sink import PostgresForeachWriter, SinkSettings
 from tests.sink.helpers import CrashingWriter, make_table, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

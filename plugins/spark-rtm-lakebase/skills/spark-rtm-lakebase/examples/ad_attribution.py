@@ -178,7 +178,7 @@ def start_attribution_micro_batch(requests: DataFrame, acks: DataFrame, writer: 
                                   trigger: str = "1 second") -> StreamingQuery:
     """Open-source Spark: micro-batch. With processing-time timers a batch runs every
     ``trigger`` even without input, so windows close at most about a trigger late."""
-    from rtm_lakebase.pipelines.real_time import start_micro_batch
+    from examples.real_time_pipelines import start_micro_batch
 
     return start_micro_batch(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
 
@@ -188,7 +188,7 @@ def start_attribution_real_time(requests: DataFrame, acks: DataFrame, writer: An
                                 trigger: str = "5 minutes") -> StreamingQuery:
     """Databricks real-time mode: the same query and writer; only the trigger differs.
     ``trigger`` is the checkpoint interval. Open-source 4.3 stops this query with an error."""
-    from rtm_lakebase.pipelines.real_time import start_real_time
+    from examples.real_time_pipelines import start_real_time
 
     return start_real_time(attribute(requests, acks, window_ms), writer, checkpoint, trigger)
 # --8<-- [end:start]
@@ -214,8 +214,3 @@ def attribution_writer(connection: ConnectionSettings | str,
     return PostgresForeachWriter(connection, SinkSettings(table=table, mode="upsert",
                                                           key_columns=PAIR_KEY))
 # --8<-- [end:sink]
-
-
-def output_key(row: Any) -> tuple[str, str, str]:
-    """The pair key of an output row (a ``Row`` or a dict)."""
-    return tuple(row[c] for c in PAIR_KEY)  # type: ignore[return-value]

@@ -13,14 +13,14 @@ Use one stateful pipeline per real-time query on Databricks: chaining two
 which open-source 4.3 runs but Databricks rejects (``SHUFFLE_MORE_THAN_ONCE``);
 chain two queries through a Kafka topic instead.
 
-The ``expected_*`` functions compute, in plain Python, what each pipeline
-must emit for a list of input rows; the tests compare the real query's
-output with them.
+What each pipeline must emit for a list of input rows is computed in plain
+Python by the ``expected_*`` functions of ``pack_lab/oracles.py``; the tests
+compare the real query's output with them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -272,51 +272,3 @@ def start_micro_batch(df: DataFrame, writer: Any, checkpoint: str,
         stream = stream.queryName(query_name)
     return stream.start()
 # --8<-- [end:start]
-
-
-# ---------------------------------------------------------------------------
-# Expected output, in plain Python
-# ---------------------------------------------------------------------------
-
-def expected_dedup(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """event_id -> the first row sent with that id (lowest ``seq``)."""
-    first: dict[str, Mapping[str, Any]] = {}
-    for row in sorted(rows, key=lambda r: r["seq"]):
-        first.setdefault(row["event_id"], row)
-    return first
-
-
-def expected_window_stats(rows: Iterable[Mapping[str, Any]], window_ms: int
-                          ) -> dict[tuple[str, int], tuple[int, float, float]]:
-    """(device_id, window_start_ms) -> (events, value_sum, value_max) over every row sent."""
-    stats: dict[tuple[str, int], tuple[int, float, float]] = {}
-    for row in rows:
-        key = (row["device_id"], row["event_ms"] - row["event_ms"] % window_ms)
-        n, total, top = stats.get(key, (0, 0.0, float("-inf")))
-        stats[key] = (n + 1, total + row["value"], max(top, row["value"]))
-    return stats
-
-
-def expected_device_totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, float, int]]:
-    """device_id -> (events, value_sum, last_event_ms) over every row sent."""
-    totals: dict[str, tuple[int, float, int]] = {}
-    for row in rows:
-        n, total, last = totals.get(row["device_id"], (0, 0.0, row["event_ms"]))
-        totals[row["device_id"]] = (n + 1, total + row["value"], max(last, row["event_ms"]))
-    return totals
-
-
-def latest_updates(rows: Iterable[Mapping[str, Any]], key: tuple[str, ...],
-                   counter: str = "events") -> dict[tuple[Any, ...], Mapping[str, Any]]:
-    """Collapse update-mode output to the newest row per key.
-
-    Update mode re-emits a key each time it changes; rows from different
-    tasks or batches are not ordered in the collected output, so the newest
-    is taken as the one with the highest ``counter`` (a count only grows).
-    """
-    newest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
-    for row in rows:
-        k = tuple(row[c] for c in key)
-        if k not in newest or row[counter] > newest[k][counter]:
-            newest[k] = row
-    return newest
