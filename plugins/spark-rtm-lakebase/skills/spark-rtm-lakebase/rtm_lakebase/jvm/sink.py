@@ -75,7 +75,7 @@ def _sources_sha() -> str:
     """The hash the build records (rtm_lakebase.jvm.build): the ``.java`` files beside the writer, then the table."""
     from rtm_lakebase.jvm.build import resource_files, sources_sha
 
-    return sources_sha(JVM_DIR, resource_files(OUTCOMES_FILE.parent))
+    return sources_sha(SOURCE_FILE.parent, resource_files(OUTCOMES_FILE.parent))
 
 
 def _writer_jar() -> Path:
