@@ -201,6 +201,7 @@ def fetch(name: str, cache: Path = CACHE, lock_path: Path = LOCK) -> list[Path]:
             (building / extra).unlink()
         (building / _STAMP).write_text(_stamp_text(entry), encoding="utf-8")
         shutil.rmtree(target, ignore_errors=True)
+        building.chmod(0o755)  # mkdtemp made it 0700: the jars are read by other users too (the eval sandbox)
         building.rename(target)
     finally:
         shutil.rmtree(building, ignore_errors=True)

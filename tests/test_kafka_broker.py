@@ -135,3 +135,18 @@ def test_kill_9_of_the_parent_takes_the_broker_down(tmp_path):
     assert _gone(pid), "the broker outlived its parent killed with -9"
     # Its folder is left (nobody ran cleanup) and the next broker's start sweeps it.
     assert kafka_broker.sweep_stale_folders(str(root.parent)) and not root.exists()
+
+
+def test_a_fetched_set_is_readable_by_other_users(tmp_path, monkeypatch):
+    # The eval sandbox reads the cached pgjdbc as another user: a folder left 0700 by mkdtemp hid it there.
+    entry = maven_jars._entry("pgjdbc")
+    (jar_name, _sha), = entry["jars"].items()
+
+    def fake_resolve(name, out):
+        (out / jar_name).write_bytes(b"driver")
+
+    monkeypatch.setattr(maven_jars, "_resolve", fake_resolve)
+    monkeypatch.setattr(maven_jars, "_sha256", lambda path: entry["jars"].get(path.name, "x"))
+    jars = maven_jars.fetch("pgjdbc", cache=tmp_path)
+    assert [p.name for p in jars] == [jar_name]
+    assert (maven_jars.set_dir("pgjdbc", tmp_path).stat().st_mode & 0o777) == 0o755

@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from rtm_lakebase.jvm.build import CACHED_DRIVER, DRIVER_ENV, PG_JDBC_MAVEN, PG_JDBC_VERSION, SYSTEM_DRIVER
+from rtm_lakebase.jvm.build import (
+    CACHED_DRIVER,
+    DRIVER_ENV,
+    PG_JDBC_MAVEN,
+    PG_JDBC_VERSION,
+    SYSTEM_DRIVER,
+    readable_file,
+)
 from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
 from rtm_lakebase.sink.deprecated_names import take_old_names
 from rtm_lakebase.sink.settings import SinkSettings
@@ -101,9 +108,9 @@ def _driver_jar() -> Path:
             raise JvmSinkUnavailable(f"${DRIVER_ENV}={override} is not a file; point it at the Postgres JDBC "
                                      "driver jar (postgresql-42.x.jar)")
         return Path(override)
-    if CACHED_DRIVER.is_file() and (CACHED_DRIVER.parent / ".verified").is_file():
+    if readable_file(CACHED_DRIVER) and readable_file(CACHED_DRIVER.parent / ".verified"):
         return CACHED_DRIVER
-    if SYSTEM_DRIVER.is_file():
+    if readable_file(SYSTEM_DRIVER):
         return SYSTEM_DRIVER
     raise JvmSinkUnavailable(
         f"the Postgres JDBC driver was not found: run `bash scripts/setup.sh` (fetches pgjdbc {PG_JDBC_VERSION} "

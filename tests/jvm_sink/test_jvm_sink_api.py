@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -252,4 +253,23 @@ def test_the_pinned_pgjdbc_from_maven_central_is_the_default_driver(monkeypatch,
     (cached.parent / ".verified").write_text("{}")
     assert jvm_sink._driver_jar() == cached
     monkeypatch.setenv("PG_JDBC_JAR", str(tmp_path / "debian.jar"))
+    assert jvm_sink._driver_jar() == tmp_path / "debian.jar"
+
+
+def test_an_unreadable_cached_driver_falls_back_to_the_next_place(monkeypatch, tmp_path):
+    # Another user's 0700 cache folder (the eval sandbox's view of the set-up's pgjdbc) is "absent", not an error.
+    from rtm_lakebase.jvm import build
+
+    cached = tmp_path / "pgjdbc" / "postgresql-42.7.14.jar"
+    cached.parent.mkdir()
+    cached.write_bytes(b"PK")
+    (cached.parent / ".verified").write_text("{}")
+    monkeypatch.delenv("PG_JDBC_JAR", raising=False)
+    monkeypatch.setattr(jvm_sink, "CACHED_DRIVER", cached)
+    monkeypatch.setattr(jvm_sink, "SYSTEM_DRIVER", tmp_path / "debian.jar")
+    (tmp_path / "debian.jar").write_bytes(b"PK")
+    assert jvm_sink._driver_jar() == cached
+    real_access = build.os.access
+    monkeypatch.setattr(build.os, "access", lambda path, mode: Path(path).parent != cached.parent
+                        and real_access(path, mode))
     assert jvm_sink._driver_jar() == tmp_path / "debian.jar"

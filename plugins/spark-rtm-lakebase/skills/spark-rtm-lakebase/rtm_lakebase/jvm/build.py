@@ -188,6 +188,15 @@ def compile_jar(folder: Path, jar: Path, *, label: str, javac: str, jars: Path,
     return True
 
 
+def readable_file(path: Path) -> bool:
+    """A file this process can read. An unreadable one (a cache folder another user made 0700) counts as absent,
+    so the lookup goes on to the next place instead of failing on a permission error."""
+    try:
+        return path.is_file() and os.access(path, os.R_OK)
+    except OSError:
+        return False
+
+
 def find_driver(given: str | None = None) -> Path | None:
     """The Postgres JDBC driver jar: ``given``, ``$PG_JDBC_JAR``, Debian's copy; None when there is none."""
     for candidate, where in ((given, "--jdbc"), (os.environ.get(DRIVER_ENV), f"${DRIVER_ENV}")):
@@ -196,9 +205,9 @@ def find_driver(given: str | None = None) -> Path | None:
                 raise BuildError(f"{where}={candidate} is not a file: point it at the Postgres JDBC driver "
                                  "(postgresql-42.x.jar)")
             return Path(candidate).resolve()
-    if CACHED_DRIVER.is_file() and (CACHED_DRIVER.parent / ".verified").is_file():
+    if readable_file(CACHED_DRIVER) and readable_file(CACHED_DRIVER.parent / ".verified"):
         return CACHED_DRIVER
-    return SYSTEM_DRIVER if SYSTEM_DRIVER.is_file() else None
+    return SYSTEM_DRIVER if readable_file(SYSTEM_DRIVER) else None
 
 
 def build(out: Path | None = None, jdbc: str | None = None) -> dict[str, Path]:
