@@ -92,9 +92,9 @@ def _log(message: str) -> None:
 # ------------------------------------------------------------------ one point
 
 
-def tree_cpu_seconds(root_pid: int) -> float:
-    """CPU seconds (user + system) of ``root_pid`` and every live descendant, plus the children
-    they reaped (Linux ``/proc``); 0.0 where ``/proc`` is missing."""
+def tree_cpu(root_pid: int) -> dict[int, float]:
+    """CPU seconds (user + system, plus the children each reaped) of ``root_pid`` and every live descendant, per
+    process (Linux ``/proc``); empty where ``/proc`` is missing."""
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").glob("[0-9]*/stat"):
@@ -113,7 +113,15 @@ def tree_cpu_seconds(root_pid: int) -> float:
             continue
         tree.add(pid)
         frontier.extend(child for child, (parent, _) in stats.items() if parent == pid)
-    return sum(stats[pid][1] for pid in tree)
+    return {pid: stats[pid][1] for pid in tree}
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two :func:`tree_cpu` samples by the processes alive at the second one.
+
+    A process that exited in between (a Python worker) takes its CPU with it, unless its parent reaped it; a
+    difference of the two sums would then go negative. Per process, never below zero: a lower bound."""
+    return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
 
 
 def spark_pid(spark) -> int | None:
@@ -266,7 +274,7 @@ def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, tr
             raise RuntimeError(f"query died during warm-up: {str(query.exception()).splitlines()[0]}")
         started = time.monotonic()
         pid = spark_pid(spark)
-        cpu_before = tree_cpu_seconds(pid) if pid else 0.0
+        cpu_before = tree_cpu(pid) if pid else {}
         sent, fed_s = feed(source, rate, seconds,
                            lambda n: log(f"  {path} @ {rate}: sent {n}, landed {_count(conn, table)}"),
                            landed=lambda: _count(conn, table))
@@ -277,7 +285,7 @@ def run_point(spark, dsn: str, path: str, rate: int | str, *, seconds: float, tr
             return {"path": path, "seconds": round(elapsed, 2), "rows_sent": sent,
                     "rows_landed": landed, "rows_per_s": round(landed / elapsed, 1)}
         wait_landed(conn, table, query, sent, timeout=trigger_s * 2 + 20)
-        cpu_s = (tree_cpu_seconds(pid) - cpu_before) if pid else None
+        cpu_s = cpu_used(cpu_before, tree_cpu(pid)) if pid else None
         query.stop()
         rows, clock_name = landed_rows(conn, table)
     visible = [r[2] - r[0] for r in rows]

@@ -148,3 +148,18 @@ def test_documents_show_the_committed_figures(document):
     expected = rate_sweep.markdown_table(json.loads(RESULTS.read_text()))
     assert text[start:end].strip() == expected.strip(), (
         f"{document.name} is out of date: run benchmarks/rate_sweep.py --update-docs")
+
+
+def test_cpu_used_never_goes_negative_when_a_process_exits():
+    # A Python worker that exited between the samples took its CPU with it: the plain difference of the two
+    # sums was negative (-3.4 s per 1,000 rows in a CI run); per process it is a lower bound, never below zero.
+    before = {1: 10.0, 2: 50.0}  # pid 2 (a worker) exits before the second sample
+    after = {1: 12.5, 3: 0.5}  # pid 3 is new
+    assert rate_sweep.cpu_used(before, after) == 3.0
+    assert rate_sweep.cpu_used({1: 5.0}, {1: 4.0}) == 0.0
+
+
+def test_tree_cpu_sees_this_process():
+    import os
+
+    assert os.getpid() in rate_sweep.tree_cpu(os.getpid())

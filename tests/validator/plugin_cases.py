@@ -63,6 +63,22 @@ def _second_skill(root: Path) -> None:
     shutil.copy(root / "SKILL.md", root / "examples" / "nested" / "SKILL.md")
 
 
+def _codex_card(short: str):
+    """The Codex skill card (agents/openai.yaml) beside a pyproject whose plugin card says "A small pack for the
+    validator tests"; PLUG010 when the two short descriptions differ."""
+    def apply(root: Path) -> None:
+        _plugin()(root)
+        with (root / "pyproject.toml").open("a") as f:
+            f.write(PLUGIN_TABLE)
+        (root / "agents").mkdir(exist_ok=True)
+        (root / "agents" / "openai.yaml").write_text(
+            f'interface:\n  display_name: "Mini skill"\n  short_description: "{short}"\n'
+            '  default_prompt: "Use $mini-skill to check a mini pack."\n'
+            'policy:\n  allow_implicit_invocation: true\n')
+        write_manifest(root)
+    return apply
+
+
 def _repository(root: Path) -> None:
     p = root / "pyproject.toml"
     p.write_text(p.read_text().replace('version = "0.3.0"\n', 'version = "0.3.0"\n\n[project.urls]\n'
@@ -84,6 +100,8 @@ PLUGIN_CASES: dict[str, tuple] = {
     "PLUG008": (_plugin(".codex-plugin/plugin.json", skills="./"), _marketplace()),
     # The marketplace names the whole pack (pyproject.toml, references/ ... copied into the client's cache).
     "PLUG009": (_marketplace(source="./", build=False, root_plugin=True), _marketplace()),
+    # One short description: the Codex skill card says what the plugin card says.
+    "PLUG010": (_codex_card("A faster pack for the validator tests"), _codex_card("A small pack for the validator tests")),
     # A root-absolute link resolves in the pack but not in the installed folder.
     "PKG001": (lambda r: add_prose(r, "See [the project file](/pyproject.toml)."),
                lambda r: add_prose(r, "See [the guide](guide.md).")),

@@ -114,5 +114,7 @@ def test_outside_the_pack_environment_a_missing_package_is_one_line_naming_it():
             "runpy.run_path('scripts/skills.py', run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr and "'markdown' is missing" in proc.stderr, proc.stderr
+    # The facts, not the sentence: no traceback, the missing package named, and what to run.
+    assert "Traceback" not in proc.stderr and "'markdown'" in proc.stderr, proc.stderr
+    assert "scripts/setup.sh" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
