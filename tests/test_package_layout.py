@@ -237,3 +237,16 @@ def test_names_with_different_prefixes_are_no_family(tmp_path):
     root = _package(tmp_path, {"calc/__init__.py": "", "calc/connection_budget.py": "", "calc/sizing.py": "",
                                "postgres/__init__.py": "", "postgres/connection.py": ""})
     assert prefix_families(root) == []
+
+
+@pytest.mark.parametrize("module", ["rtm_lakebase.foreach", "rtm_lakebase.jvm.build", "rtm_lakebase.sink.deprecated_names"])
+def test_modules_for_any_writer_import_without_psycopg(module):
+    # The fast foreach path runs any writer, and the per-version venvs (4.1.4, 4.2.1) have no psycopg: importing
+    # the sink package (which needs psycopg) from rtm_lakebase.foreach broke them.
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.modules['psycopg'] = None; import {module}"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
