@@ -19,16 +19,10 @@ import pytest
 from examples import kafka_patterns as kp
 from pack_lab.kafka_topics import KafkaTopics, wait_for_records
 from pack_lab.replay import committed_batches, rewind_to_batch, wait_for_commit
+from tests.test_kafka_patterns import PAYMENTS  # the same payments the in-memory pattern tests use
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-PAYMENTS = [
-    {"payment_id": "p1", "account_id": "a1", "amount": 2500.0, "currency": "EUR", "event_ms": 1},
-    {"payment_id": "p2", "account_id": "a2", "amount": 10.0, "currency": "EUR", "event_ms": 2},
-    {"payment_id": "p3", "account_id": "a3", "amount": 1000.0, "currency": "USD", "event_ms": 3},
-    {"payment_id": "p4", "account_id": "a1", "amount": -5.0, "currency": "EUR", "event_ms": 4},
-    {"payment_id": "p5", "account_id": "a2", "amount": 7.0, "currency": "euro", "event_ms": 5},
-]
 BAD_JSON = ("k-bad", "{not json")
 
 
