@@ -31,7 +31,7 @@ broker, Postgres, the producer) and per thread (``pack_lab.cpu_profile``, like `
 seconds per 1,000 rows, the whole machine's busy share, and the load average, and names the
 bottleneck from that profile. Run::
 
-    nice -n 10 .venv/bin/python benchmarks/kafka_workload.py          # full run, about 8 minutes
+    nice -n 10 .venv/bin/python benchmarks/kafka_workload.py          # full run, a few minutes
     .venv/bin/python benchmarks/kafka_workload.py --quick --output /tmp/k.json   # smoke run, ~2 min
 
 Results: ``benchmarks/results/kafka_workload.json`` and ``kafka_workload.png``
