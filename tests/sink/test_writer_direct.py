@@ -123,7 +123,7 @@ def test_batch_size_flush_commits_before_close(pg_dsn, pg_conn, table_name):
         for i in range(12):
             w.process({"id": i, "version": 1, "name": "x"})
         # Two full batches are written by the flusher thread without close(); the last 2 rows wait.
-        wait_for_count(pg_conn, table_name, 10, timeout=15)
+        wait_for_count(pg_conn, table_name, 10, timeout=60)
         time.sleep(0.3)
         assert len(table_rows(pg_conn, table_name)) == 10
     finally:
@@ -140,10 +140,10 @@ def test_dwell_timer_flushes_with_no_new_row(pg_dsn, pg_conn, table_name):
         for i in range(3):
             w.process({"id": i, "version": 1, "name": "x"})
         # No further process() call and no close(): only the timer can write these.
-        wait_for_count(pg_conn, table_name, 3, timeout=15)
+        wait_for_count(pg_conn, table_name, 3, timeout=60)
         assert w.metrics.timer_flushes >= 1
         w.process({"id": 3, "version": 1, "name": "y"})
-        wait_for_count(pg_conn, table_name, 4, timeout=15)
+        wait_for_count(pg_conn, table_name, 4, timeout=60)
     finally:
         w.close(None)
     assert len(table_rows(pg_conn, table_name)) == 4
@@ -154,7 +154,7 @@ def test_timer_error_surfaces_on_next_process_and_on_close(pg_dsn, pg_conn, tabl
     w = writer(pg_dsn, table_name, max_dwell_ms=50)
     w.open(0, 0)
     w.process({"id": 1, "version": 1, "name": "far too long for twenty chars"})
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while w._flusher.error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(BadRowError, match="id=1"):
@@ -163,7 +163,7 @@ def test_timer_error_surfaces_on_next_process_and_on_close(pg_dsn, pg_conn, tabl
     w2 = writer(pg_dsn, table_name, max_dwell_ms=50)
     w2.open(0, 0)
     w2.process({"id": 3, "version": 1, "name": "far too long for twenty chars"})
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while w2._flusher.error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(BadRowError, match="column name"):
