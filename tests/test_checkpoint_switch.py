@@ -107,7 +107,7 @@ def test_explicit_format_one_is_refused_at_start(spark, tmp_path, checkpoint_for
     writer = (source.dataframe().groupBy("k").count().writeStream
               .foreach(JsonLinesForeachWriter(tmp_path / "out")).outputMode("update")
               .trigger(realTime=MIN_REAL_TIME_TRIGGER).option("checkpointLocation", str(tmp_path / "ck")))
-    outcome = run_and_classify(start=writer.start, timeout=20)
+    outcome = run_and_classify(start=writer.start, timeout=60)
     assert outcome.error_class == "STREAMING_REAL_TIME_MODE.SQL_CONFIGURATION_NOT_SUPPORTED"
 
 
