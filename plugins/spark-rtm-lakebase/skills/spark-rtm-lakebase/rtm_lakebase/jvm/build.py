@@ -197,17 +197,18 @@ def readable_file(path: Path) -> bool:
         return False
 
 
-def find_driver(given: str | None = None) -> Path | None:
-    """The Postgres JDBC driver jar: ``given``, ``$PG_JDBC_JAR``, Debian's copy; None when there is none."""
+def find_driver(given: str | None = None, cached: Path = CACHED_DRIVER, system: Path = SYSTEM_DRIVER) -> Path | None:
+    """The Postgres JDBC driver jar: ``given``, ``$PG_JDBC_JAR``, the pinned pgjdbc the set-up fetched and verified
+    (``cached``), Debian's copy (``system``); None when there is none."""
     for candidate, where in ((given, "--jdbc"), (os.environ.get(DRIVER_ENV), f"${DRIVER_ENV}")):
         if candidate:
             if not Path(candidate).is_file():
                 raise BuildError(f"{where}={candidate} is not a file: point it at the Postgres JDBC driver "
                                  "(postgresql-42.x.jar)")
             return Path(candidate).resolve()
-    if readable_file(CACHED_DRIVER) and readable_file(CACHED_DRIVER.parent / ".verified"):
-        return CACHED_DRIVER
-    return SYSTEM_DRIVER if readable_file(SYSTEM_DRIVER) else None
+    if readable_file(cached) and readable_file(cached.parent / ".verified"):
+        return cached
+    return system if readable_file(system) else None
 
 
 def build(out: Path | None = None, jdbc: str | None = None) -> dict[str, Path]:

@@ -33,7 +33,8 @@ from rtm_lakebase.jvm.build import (
     PG_JDBC_MAVEN,
     PG_JDBC_VERSION,
     SYSTEM_DRIVER,
-    readable_file,
+    BuildError,
+    find_driver,
 )
 from rtm_lakebase.postgres.connection import ConnectionSettings, as_connection_settings, redact
 from rtm_lakebase.sink.deprecated_names import take_old_names
@@ -102,21 +103,17 @@ def _writer_jar() -> Path:
 
 
 def _driver_jar() -> Path:
-    override = os.environ.get(DRIVER_ENV)
-    if override:
-        if not Path(override).is_file():
-            raise JvmSinkUnavailable(f"${DRIVER_ENV}={override} is not a file; point it at the Postgres JDBC "
-                                     "driver jar (postgresql-42.x.jar)")
-        return Path(override)
-    if readable_file(CACHED_DRIVER) and readable_file(CACHED_DRIVER.parent / ".verified"):
-        return CACHED_DRIVER
-    if readable_file(SYSTEM_DRIVER):
-        return SYSTEM_DRIVER
-    raise JvmSinkUnavailable(
-        f"the Postgres JDBC driver was not found: run `bash scripts/setup.sh` (fetches pgjdbc {PG_JDBC_VERSION} "
-        f"into {CACHED_DRIVER.parent}), set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
-        f"Debian's copy (apt-get install libpostgresql-jdbc-java → {SYSTEM_DRIVER}); on a cluster use "
-        f"spark.jars.packages={PG_JDBC_MAVEN}")
+    try:
+        found = find_driver(cached=CACHED_DRIVER, system=SYSTEM_DRIVER)
+    except BuildError as exc:
+        raise JvmSinkUnavailable(str(exc)) from None
+    if found is None:
+        raise JvmSinkUnavailable(
+            f"the Postgres JDBC driver was not found: run `bash scripts/setup.sh` (fetches pgjdbc {PG_JDBC_VERSION} "
+            f"into {CACHED_DRIVER.parent}), set {DRIVER_ENV}=/path/to/postgresql-42.x.jar, or install "
+            f"Debian's copy (apt-get install libpostgresql-jdbc-java → {SYSTEM_DRIVER}); on a cluster use "
+            f"spark.jars.packages={PG_JDBC_MAVEN}")
+    return found
 
 
 # -- DSN → JDBC -------------------------------------------------------------------
