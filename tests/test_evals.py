@@ -479,6 +479,37 @@ def test_the_committed_evidence_of_the_recorded_run_is_what_the_script_computes_
     assert markdown_block(committed).strip() in (REPO / "README.md").read_text()
 
 
+def test_the_evidence_of_a_run_reports_effort_per_condition_and_arm(tmp_path):
+    """evidence.json (and the README block rendered from it) carries each arm's median effort per condition, from
+    the run's _effort records; a run without records has no effort entry (the 2026-11-25 run)."""
+    import shutil
+
+    from skillcheck.evals.evidence import compute, markdown_block
+
+    run = tmp_path / "run"
+    for arm, src, wall, calls in (("with-skill", ANSWERS / "reference" / "num-task-slots", 30, 4),
+                                  ("without-skill", ANSWERS / "wrong" / "num-task-slots" / "forgot-repartition", 90, 12)):
+        for trial in ("1", "2"):
+            shutil.copytree(src, run / "search-only" / arm / trial / "num-task-slots",
+                            ignore=shutil.ignore_patterns("EXPECTED_FAILURE"))
+            record = run / "_effort" / "search-only" / arm / trial / "num-task-slots.json"
+            record.parent.mkdir(parents=True)
+            record.write_text(json.dumps({"wall_seconds": wall * int(trial), "tool_calls": calls,
+                                          "client": "session (self-reported)"}))
+    proc = run_cli("eval", "grade", str(run))
+    assert proc.returncode == 0, proc.stderr
+    c = compute(run)["conditions"]["search-only"]
+    assert c["effort"]["with-skill"]["wall_seconds"] == {"jobs": 2, "median": 45, "total": 90}
+    assert c["effort"]["without-skill"]["tool_calls"]["median"] == 12
+    assert c["effort"]["clients"] == ["session (self-reported)"]
+    block = markdown_block(compute(run))
+    assert ("with the skill 45 s and 4 tool calls (2 answers), without it 135 s and 12 tool calls (2 answers)"
+            in block), block
+    for arm in ("with-skill", "without-skill"):
+        shutil.rmtree(run / "_effort" / "search-only" / arm)
+    assert "effort" not in compute(run)["conditions"]["search-only"]
+
+
 def test_a_run_folder_without_conditions_is_graded_as_the_local_condition(tmp_path):
     """The 2026-11-25 layout (RUN/<arm>/<trial>/<task>/) still grades; its comparison is condition local."""
     import shutil

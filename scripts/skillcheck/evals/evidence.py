@@ -29,10 +29,12 @@ def _reports(base: Path) -> dict[str, list[dict]]:
 
 def compute(run: Path) -> dict:
     """``{"run": ..., "conditions": {condition: summary}}`` from the per-trial reports under ``run/_report``."""
+    from skillcheck.evals.effort import read_effort, summarise
     from skillcheck.evals.trials import compare_trials
 
     report = run / "_report"
     bases = {c: report / c for c in CONDITIONS if (report / c).is_dir()} or {"local": report}
+    legacy = not any((report / c).is_dir() for c in CONDITIONS)
     out: dict = {"run": run.as_posix(), "conditions": {}}
     for condition, base in bases.items():
         reports = _reports(base)
@@ -50,6 +52,11 @@ def compute(run: Path) -> dict:
                                       sum(t["without_skill"]["trials"] for t in r["per_task"])],
                     "paired_test": r["paired_test"]},
             "evidence_tasks": r["evidence_tasks"], "regression_guards": r["regression_guards"]}
+        records = {arm: list(read_effort(run, None if legacy else condition, arm).values()) for arm in ARMS}
+        if any(records.values()):  # effort per answer, as the sessions or the client recorded it
+            out["conditions"][condition]["effort"] = {
+                "clients": sorted({str(rec.get("client")) for recs in records.values() for rec in recs}),
+                **{arm: summarise(recs) for arm, recs in records.items()}}
     return out
 
 
@@ -57,6 +64,22 @@ def write(run: Path) -> Path:
     path = run / "_report" / "evidence.json"
     path.write_text(json.dumps(compute(run), indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def _effort_lines(effort: dict | None) -> list[str]:
+    """One line on effort per answer (medians), when the run recorded it."""
+    if not effort:
+        return []
+
+    def median(arm: str, key: str) -> str:
+        m = effort.get(arm, {}).get(key, {}).get("median")
+        return "n/a" if m is None else f"{m:g}"
+
+    jobs = {arm: effort.get(arm, {}).get("jobs", 0) for arm in ARMS}
+    return [f"- **Effort per answer** (medians; recorded by: {', '.join(effort.get('clients', []))}): with the skill "
+            f"{median('with-skill', 'wall_seconds')} s and {median('with-skill', 'tool_calls')} tool calls "
+            f"({jobs['with-skill']} answers), without it {median('without-skill', 'wall_seconds')} s and "
+            f"{median('without-skill', 'tool_calls')} tool calls ({jobs['without-skill']} answers)."]
 
 
 def markdown_block(data: dict) -> str:
@@ -76,7 +99,9 @@ def markdown_block(data: dict) -> str:
                   "They keep the skill from regressing but are no evidence that it helps, and the headline leaves "
                   "them out.",
                   f"- **All tasks together:** with the skill {c['all']['with_skill'][0]} of {c['all']['with_skill'][1]}, "
-                  f"without {c['all']['without_skill'][0]} of {c['all']['without_skill'][1]}.", "",
+                  f"without {c['all']['without_skill'][0]} of {c['all']['without_skill'][1]}."]
+        lines += _effort_lines(c.get("effort"))
+        lines += ["",
                   "| task | category | with skill | without skill | evidence |", "| --- | --- | ---: | ---: | --- |"]
         for t in c["tasks"]:
             lines.append(f"| {t['name']} | {t['category']} | {t['with_skill']}/{t['trials']} | "
