@@ -18,11 +18,8 @@ every step passed; a failed step prints one line naming it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +29,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the shared compile step lives in pack_lab/scala_build.py
+from pack_lab import scala_build  # noqa: E402
+from pack_lab.scala_build import sha256, tool  # noqa: E402
+
 CACHE = ROOT / ".cache" / "upstream"
 
 SPARK_VERSION = "4.3.0"
@@ -45,19 +46,14 @@ SOURCE_FILE_SHA256 = "1cfb911f1feea453c206c47b0b4c8eaec75fe84a180bd273f86db9ee46
 BASE_PATCH = HERE / "spark-4.3.0-from-4.2.0.patch"
 UPSTREAM_PATCH = HERE / "python-foreach-available-rows.patch"
 #: Spark 4.3.0 is built for Java 17 (class major 61, invokedynamic string concatenation).
-SCALAC_OPTIONS = ["-release", "17", "-deprecation", "-feature"]
+SCALAC_OPTIONS = [*scala_build.RELEASE_OPTIONS, "-deprecation", "-feature"]
 
-
-class StepFailed(RuntimeError):
-    """One step failed; the message names it and its cause."""
+#: One step failed; the message names it and its cause.
+StepFailed = scala_build.BuildFailed
 
 
 def say(message: str) -> None:
     print(f"[compile_patch] {message}", file=sys.stderr, flush=True)
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def spark_jars() -> Path:
@@ -71,13 +67,6 @@ def spark_jars() -> Path:
     if not any(jars.glob("scala-compiler-*.jar")):
         raise StepFailed(f"no scala-compiler jar in {jars}")
     return jars
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise StepFailed(f"`{name}` is needed and was not found (a JDK 17 provides java and javap; git provides git apply)")
-    return found
 
 
 def fetch_sources_jar(cache: Path = CACHE) -> Path:
@@ -110,17 +99,10 @@ def git_apply(patch: Path, tree: Path) -> None:
 
 
 def scalac(jars: Path, source: Path, out: Path) -> float:
+    """Compile one file with the wheel's scala-compiler; warnings fail (the patch must compile cleanly)."""
     out.mkdir(parents=True)
-    classpath = f"{jars}{os.sep}*"
     started = time.monotonic()
-    proc = subprocess.run([tool("java"), "-cp", classpath, "scala.tools.nsc.Main", *SCALAC_OPTIONS,
-                           "-classpath", classpath, "-d", str(out), str(source)], capture_output=True, text=True)
-    output = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0 or not any(out.rglob("*.class")):
-        first = next((line for line in output.splitlines() if "error" in line.lower()), output[:300])
-        raise StepFailed(f"scalac failed on {source.name}: {first}")
-    if output:  # warnings fail the check: the patch should compile cleanly under -deprecation -feature
-        raise StepFailed(f"scalac warned on {source.name}: {output.splitlines()[0]}")
+    scala_build.scalac(jars, [source], out, options=SCALAC_OPTIONS[2:], allow_warnings=False)
     return time.monotonic() - started
 
 
