@@ -42,7 +42,10 @@ def records() -> list[tuple[str, str]]:
 
 
 def table_rows(conn, table: str) -> dict:
-    rows = conn.execute(f'SELECT payment_id, amount, event_ms FROM "{table}"').fetchall()
+    from psycopg import sql
+
+    query = sql.SQL("SELECT payment_id, amount, event_ms FROM {}").format(sql.Identifier(table))
+    rows = conn.execute(query).fetchall()
     return {pid: (amount, ms) for pid, amount, ms in rows}
 
 
