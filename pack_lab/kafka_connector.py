@@ -18,6 +18,13 @@ or 4.1.4 (see :data:`pack_lab.maven_jars.CONNECTOR_SOURCES`), so the set-up buil
     python -m pack_lab.kafka_connector build 4.3.0            # with .venv's pyspark
     python -m pack_lab.kafka_connector build 4.1.4 --python .cache/pyspark-4.1.4/bin/python
     python -m pack_lab.kafka_connector path 4.3.0             # the jars for spark.jars
+    python -m pack_lab.kafka_connector compare 4.3.0 --spark-checkout ~/spark   # at a release tag
+
+``compare`` hashes every file of the sources jar used for a version and of a Spark
+checkout's ``connector/kafka-0-10-sql`` and ``connector/kafka-0-10-token-provider``
+(``src/main/scala`` and ``src/main/resources``, text normalised: LF line ends, no
+trailing blanks) and lists what differs, so someone with the ``v4.3.0`` tag checked
+out can tell whether the built connector is that release's source.
 
 Nothing is left behind on failure; a failure is one line naming what is missing.
 """
@@ -202,6 +209,48 @@ def _pack(classes: Path, jar: Path, release: str, spark_version: str) -> None:
             archive.writestr(info, path.read_bytes())
 
 
+MODULE_DIRS = ("connector/kafka-0-10-sql/src/main", "connector/kafka-0-10-token-provider/src/main")
+
+
+def normalised_sha256(data: bytes) -> str:
+    """sha256 of text with LF line ends and no trailing blanks (so a CRLF checkout hashes the same)."""
+    lines = data.decode("utf-8").replace("\r\n", "\n").split("\n")
+    return scala_build.sha256_text("\n".join(line.rstrip() for line in lines).rstrip("\n") + "\n")
+
+
+def sources_manifest(sources_jar: Path) -> dict[str, str]:
+    """``{path below src/main/{scala,resources}: normalised sha256}`` of a sources jar (no META-INF files)."""
+    with zipfile.ZipFile(sources_jar) as archive:
+        return {name: normalised_sha256(archive.read(name)) for name in sorted(archive.namelist())
+                if not name.endswith("/") and (not name.startswith("META-INF/") or name.startswith("META-INF/services/"))}
+
+
+def checkout_manifest(checkout: Path, module: str) -> dict[str, str]:
+    """The same for one module of a Spark checkout (``src/main/{scala,java,resources}``)."""
+    found: dict[str, str] = {}
+    for kind in ("scala", "java", "resources"):
+        root = checkout / module / kind
+        for path in sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []:
+            found[path.relative_to(root).as_posix()] = normalised_sha256(path.read_bytes())
+    return found
+
+
+def compare(spark_version: str, checkout: Path, cache: Path = CACHE) -> list[str]:
+    """One line per file that differs between the sources jar used for ``spark_version`` and ``checkout``."""
+    connector, token_provider = (checkout_manifest(checkout, module) for module in MODULE_DIRS)
+    if not connector:
+        raise ConnectorUnavailable(f"{checkout} has no {MODULE_DIRS[0]}")
+    (sources_jar,) = maven_jars.jars(maven_jars.connector_sources_set(release_for(spark_version)), cache)
+    ours = sources_manifest(sources_jar)
+    lines = [f"changed  {p}" for p in sorted(set(ours) & set(connector)) if ours[p] != connector[p]]
+    lines += [f"only in {sources_jar.name}  {p}" for p in sorted(set(ours) - set(connector))]
+    lines += [f"only in the checkout  {p}" for p in sorted(set(connector) - set(ours))]
+    if token_provider:
+        lines.append(f"not compared  {len(token_provider)} token-provider files (no sources jar is served; "
+                     "the lab uses that module's binary jar)")
+    return lines
+
+
 def default_python(spark_version: str) -> Path:
     """The interpreter whose pyspark is ``spark_version``: this one for the pinned, else its cached venv."""
     from pack_lab import spark_versions
@@ -213,16 +262,22 @@ def default_python(spark_version: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pack_lab.kafka_connector", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("build", "path"))
+    parser.add_argument("command", choices=("build", "path", "compare"))
     parser.add_argument("versions", nargs="+", help=f"PySpark versions: {', '.join(maven_jars.CONNECTOR_SOURCES)}")
     parser.add_argument("--python", help="interpreter whose pyspark wheel compiles it (one version only)")
+    parser.add_argument("--spark-checkout", type=Path, help="compare: a Spark source tree at a release tag")
     args = parser.parse_args(argv)
     if args.python and len(args.versions) != 1:
         parser.error("--python goes with exactly one version")
+    if (args.command == "compare") != (args.spark_checkout is not None):
+        parser.error("compare needs --spark-checkout, and only compare takes it")
     try:
         for version in args.versions:
             if args.command == "build":
                 build(version, args.python or default_python(version))
+            elif args.command == "compare":
+                differences = compare(version, args.spark_checkout)
+                print("\n".join(differences) or f"the sources used for PySpark {version} equal the checkout's")
             else:
                 print(os.pathsep.join(str(p) for p in jars(version)))
     except (maven_jars.JarsUnavailable, OSError) as exc:

@@ -174,3 +174,31 @@ def test_the_session_loads_spark_kafka_source_from_the_built_connector(spark):
     except kc.ConnectorUnavailable as exc:
         pytest.skip(str(exc))
     assert Path(provider_jar(spark)).name == built.name
+
+
+def test_compare_lists_what_differs_from_a_checkout(tmp_path, monkeypatch):
+    jar = _sources_jar(tmp_path / "src.jar")
+    monkeypatch.setattr(maven_jars, "jars", lambda name, cache=None, lock_path=None: [jar])
+    module = tmp_path / "spark" / kc.MODULE_DIRS[0]
+    with zipfile.ZipFile(jar) as archive:
+        for name in archive.namelist():
+            if name == "META-INF/MANIFEST.MF":
+                continue
+            kind = "scala" if name.endswith(".scala") else "java" if name.endswith(".java") else "resources"
+            target = module / kind / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # a CRLF checkout with trailing blanks hashes like the jar's LF text
+            target.write_bytes(archive.read(name).replace(b"\n", b"  \r\n"))
+    assert kc.compare("4.3.0", tmp_path / "spark") == []
+    (module / "scala" / SCALA).write_text("package org.apache.spark.sql.kafka010\nclass KafkaSourceProvider2\n")
+    (module / "scala" / "org/apache/spark/sql/kafka010/New.scala").write_text("object New\n")
+    (module / "resources" / "error/kafka-error-conditions.json").unlink()
+    token = tmp_path / "spark" / kc.MODULE_DIRS[1] / "scala" / "org/apache/spark/kafka010/KafkaTokenUtil.scala"
+    token.parent.mkdir(parents=True)
+    token.write_text("object KafkaTokenUtil\n")
+    assert kc.compare("4.3.0", tmp_path / "spark") == [
+        f"changed  {SCALA}", "only in src.jar  error/kafka-error-conditions.json",
+        "only in the checkout  org/apache/spark/sql/kafka010/New.scala",
+        "not compared  1 token-provider files (no sources jar is served; the lab uses that module's binary jar)"]
+    with pytest.raises(kc.ConnectorUnavailable, match="has no connector/kafka-0-10-sql"):
+        kc.compare("4.3.0", tmp_path / "nowhere")
