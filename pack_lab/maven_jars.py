@@ -92,6 +92,12 @@ SETS: dict[str, dict] = {
         "transitive": False,
         "artifacts": [f"org.postgresql:postgresql:{PGJDBC_VERSION}"],
     },
+    "spark-sql-src-4.2.0": {
+        "about": "the sources jar of spark-sql 4.2.0 (upstream/python-foreach-latency rebuilds 4.3.0's "
+                 "PythonForeachWriter.scala from it)",
+        "transitive": False,
+        "artifacts": ["org.apache.spark:spark-sql_2.13:4.2.0:sources"],
+    },
     **{name: spec for release in sorted(set(CONNECTOR_SOURCES.values()))
        for name, spec in _connector_sets(release).items()},
 }
