@@ -31,9 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: the shared compile step lives in pack_lab/scala_build.py
-from pack_lab import maven_jars, scala_build  # noqa: E402
-from pack_lab.scala_build import sha256, tool  # noqa: E402
-
+from pack_lab import maven_jars, scala_build
+from pack_lab.scala_build import sha256, tool
 
 SPARK_VERSION = "4.3.0"
 SOURCE_FILE = "sql/core/src/main/scala/org/apache/spark/sql/execution/python/streaming/PythonForeachWriter.scala"
