@@ -41,8 +41,8 @@ PGJDBC_VERSION = "42.7.14"
 #: Spark's Kafka connector is *built* by ``pack_lab/kafka_connector.py`` for each PySpark line, from
 #: the connector's sources jar (Maven Central serves ``spark-sql-kafka-0-10_2.13`` and its
 #: ``-sources.jar`` for 4.1.0–4.1.3 and 4.2.0, not for 4.1.4, 4.2.1 or 4.3.0; checked 2026-11-27).
-#: Each line uses the newest served sources of its line. The token-provider module has no served
-#: sources jar at all and a binary only for 4.1.1 and 4.2.0, so its binary is used (it is on the
+#: Each line uses the newest served sources of its line. Of the token-provider module, Maven Central
+#: serves among the 4.1/4.2 releases only the 4.1.1 and 4.2.0 binaries and no sources jar, so its binary is used (it is on the
 #: compile classpath and on ``spark.jars``). The kafka-clients and commons-pool2 versions are the
 #: ones the connector's parent pom names (4.1.3: 3.9.1/2.12.1; 4.2.0: 3.9.2/2.13.1).
 CONNECTOR_SOURCES = {"4.3.0": "4.2.0", "4.2.1": "4.2.0", "4.1.4": "4.1.3"}
