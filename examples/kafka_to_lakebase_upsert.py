@@ -1,10 +1,12 @@
 """Kafka → real-time mode → Lakebase: upsert each payment by id, newest event wins.
 
 A complete job a user can start with ``spark-submit`` (with the Kafka
-connector and this package shipped to the executors, see the sink reference):
+connector and this package shipped to the executors, see the sink reference;
+use your Spark's connector release: Maven Central has none for 4.3.0, see
+"The connector" in references/kafka-streaming.md):
 
     PG_DSN='host=... dbname=... user=... sslmode=require' \\
-    spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0 \\
+    spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:$SPARK_VERSION \\
         --py-files rtm_lakebase.zip,examples.zip examples/kafka_to_lakebase_upsert.py \\
         --bootstrap-servers broker:9092 --topic payments --checkpoint /chk/payments
 

@@ -2,7 +2,7 @@
 
 No Python Kafka client is needed: ``pack_lab/jvm/kafka/KafkaLab.java`` (built by
 ``scripts/install_jars.sh`` against the ``kafka-clients`` jar of Spark's
-connector) does the work, called through py4j inside a SparkSession that has
+connector, which ``pack_lab/kafka_connector.py`` builds) does the work, called through py4j inside a SparkSession that has
 :func:`kafka_jars` on ``spark.jars`` (no Spark job runs, so it works while a
 real-time query holds every task slot), or as a ``java`` command line without
 Spark::
@@ -21,12 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pack_lab import maven_jars
+from pack_lab import kafka_connector, maven_jars
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_JAR = ROOT / "pack_lab" / "jvm" / "kafka" / "build" / "rtm-lab-kafka.jar"
-#: The connector set of the pinned PySpark (the 4.1/4.2 sets are for the version venvs).
-CONNECTOR_SET = "spark-kafka-4.3.0"
 
 
 class Record(NamedTuple):
@@ -38,11 +36,11 @@ class Record(NamedTuple):
 
 
 def kafka_jars(spark_version: str = "4.3.0") -> list[str]:
-    """Spark's Kafka connector jars for ``spark_version`` plus the lab's client (for ``spark.jars``).
+    """Spark's Kafka connector built for ``spark_version``, its dependencies and the lab's client.
 
-    Raises :class:`~pack_lab.maven_jars.JarsUnavailable` when the set-up has not fetched them.
+    Raises :class:`~pack_lab.maven_jars.JarsUnavailable` when the set-up has not built them.
     """
-    jars = [str(p) for p in maven_jars.jars(f"spark-kafka-{spark_version}")]
+    jars = [str(p) for p in kafka_connector.jars(spark_version)]
     if not CLIENT_JAR.is_file():
         raise maven_jars.JarsUnavailable(f"the lab's Kafka client {CLIENT_JAR.relative_to(ROOT)} is not built; "
                                          "run `bash scripts/setup.sh` (needs javac)")

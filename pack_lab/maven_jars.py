@@ -1,15 +1,15 @@
 """Pinned, checksummed jar sets from Maven Central, cached under ``.cache/jars/<set>/``.
 
 The lab needs a few real Java components that neither the pyspark wheel nor
-Debian ships at the right version: the Kafka broker, Spark's Kafka connector
-and the Postgres JDBC driver. Each is a *set* in :data:`SETS` (Maven
+Debian ships at the right version: the Kafka broker, the sources and dependencies of
+Spark's Kafka connector (built by ``pack_lab/kafka_connector.py``) and the Postgres JDBC driver. Each is a *set* in :data:`SETS` (Maven
 coordinates, pinned), and ``pack_lab/maven_jars.lock.json`` records the
 sha256 of every jar of every set. ``fetch`` resolves a set with Maven (a
 generated pom and ``mvn dependency:copy-dependencies``, so Maven uses its own
 default repository and local cache), checks every jar against the lock, and
 only then moves the folder into place::
 
-    python -m pack_lab.maven_jars fetch kafka-broker spark-kafka-4.3.0 pgjdbc
+    python -m pack_lab.maven_jars fetch kafka-broker spark-kafka-deps-4.2.0 pgjdbc
     python -m pack_lab.maven_jars lock kafka-broker     # maintainers: re-pin a set
 
 A set whose folder carries a stamp equal to its lock entry is not fetched
@@ -38,27 +38,45 @@ _STAMP = ".verified"
 KAFKA_VERSION = "4.4.0"
 PGJDBC_VERSION = "42.7.14"
 
-#: Spark's Kafka connector per PySpark release. Maven Central serves ``spark-sql-kafka-0-10``
-#: for 4.1.0–4.1.3 and 4.2.0 but not for 4.1.4, 4.2.1 or 4.3.0, and its token-provider module
-#: among those only for 4.1.1 and 4.2.0 (checked 2026-11-27 with ``mvn dependency:get``), so each
-#: PySpark line uses the newest release of its line with both modules served (4.3.0 has no
-#: served release of its own and uses 4.2.0; the ``kafka`` tests prove it runs on 4.3.0).
-#: The kafka-clients and commons-pool2 versions are the ones that connector's pom asks for.
-SPARK_KAFKA_CONNECTOR = {"4.3.0": "4.2.0", "4.2.1": "4.2.0", "4.1.4": "4.1.1"}
-_CONNECTOR_DEPS = {"4.2.0": ("3.9.2", "2.13.1"), "4.1.1": ("3.9.1", "2.12.1")}
+#: Spark's Kafka connector is *built* by ``pack_lab/kafka_connector.py`` for each PySpark line, from
+#: the connector's sources jar (Maven Central serves ``spark-sql-kafka-0-10_2.13`` and its
+#: ``-sources.jar`` for 4.1.0–4.1.3 and 4.2.0, not for 4.1.4, 4.2.1 or 4.3.0; checked 2026-11-27).
+#: Each line uses the newest served sources of its line. Of the token-provider module, Maven Central
+#: serves among the 4.1/4.2 releases only the 4.1.1 and 4.2.0 binaries and no sources jar, so its binary is used (it is on the
+#: compile classpath and on ``spark.jars``). The kafka-clients and commons-pool2 versions are the
+#: ones the connector's parent pom names (4.1.3: 3.9.1/2.12.1; 4.2.0: 3.9.2/2.13.1).
+CONNECTOR_SOURCES = {"4.3.0": "4.2.0", "4.2.1": "4.2.0", "4.1.4": "4.1.3"}
+_TOKEN_PROVIDER = {"4.2.0": "4.2.0", "4.1.3": "4.1.1"}
+_CONNECTOR_DEPS = {"4.2.0": ("3.9.2", "2.13.1"), "4.1.3": ("3.9.1", "2.12.1")}
 
 
-def _connector_set(spark_version: str) -> dict:
-    release = SPARK_KAFKA_CONNECTOR[spark_version]
+def connector_sources_set(release: str) -> str:
+    """Name of the set holding the connector's sources jar of Spark ``release``."""
+    return f"spark-kafka-src-{release}"
+
+
+def connector_deps_set(release: str) -> str:
+    """Name of the set holding what the connector of ``release`` needs beside the wheel's jars."""
+    return f"spark-kafka-deps-{release}"
+
+
+def _connector_sets(release: str) -> dict[str, dict]:
     clients, pool = _CONNECTOR_DEPS[release]
+    token = _TOKEN_PROVIDER[release]
     return {
-        "about": f"Spark's Kafka connector for PySpark {spark_version} (release {release} "
-                 "from Maven Central) and the jars it needs that the pyspark wheel lacks",
-        "transitive": False,
-        "artifacts": [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{release}",
-                      f"org.apache.spark:spark-token-provider-kafka-0-10_2.13:{release}",
-                      f"org.apache.kafka:kafka-clients:{clients}",
-                      f"org.apache.commons:commons-pool2:{pool}"],
+        connector_sources_set(release): {
+            "about": f"the sources jar of Spark's Kafka connector {release}",
+            "transitive": False,
+            "artifacts": [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{release}:sources"],
+        },
+        connector_deps_set(release): {
+            "about": f"the jars Spark's Kafka connector {release} needs beside pyspark's (token provider "
+                     f"{token}, kafka-clients {clients}, commons-pool2 {pool})",
+            "transitive": False,
+            "artifacts": [f"org.apache.spark:spark-token-provider-kafka-0-10_2.13:{token}",
+                          f"org.apache.kafka:kafka-clients:{clients}",
+                          f"org.apache.commons:commons-pool2:{pool}"],
+        },
     }
 
 
@@ -74,7 +92,14 @@ SETS: dict[str, dict] = {
         "transitive": False,
         "artifacts": [f"org.postgresql:postgresql:{PGJDBC_VERSION}"],
     },
-    **{f"spark-kafka-{v}": _connector_set(v) for v in SPARK_KAFKA_CONNECTOR},
+    "spark-sql-src-4.2.0": {
+        "about": "the sources jar of spark-sql 4.2.0 (upstream/python-foreach-latency rebuilds 4.3.0's "
+                 "PythonForeachWriter.scala from it)",
+        "transitive": False,
+        "artifacts": ["org.apache.spark:spark-sql_2.13:4.2.0:sources"],
+    },
+    **{name: spec for release in sorted(set(CONNECTOR_SOURCES.values()))
+       for name, spec in _connector_sets(release).items()},
 }
 
 
@@ -141,13 +166,14 @@ def jars(name: str, cache: Path = CACHE, lock_path: Path = LOCK) -> list[Path]:
 def _pom(name: str) -> str:
     deps = []
     for coords in SETS[name]["artifacts"]:
-        group, artifact, version = coords.split(":")
+        group, artifact, version, *classifier = coords.split(":")
+        classifier_tag = f"<classifier>{classifier[0]}</classifier>" if classifier else ""
         # A set that is not transitive excludes everything below its artifacts, so Maven does not
         # even read their dependencies' descriptors (Spark's poms name extra repositories).
         exclusions = ("" if SETS[name]["transitive"] else
                       "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>")
         deps.append(f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-                    f"<version>{version}</version>{exclusions}</dependency>")
+                    f"<version>{version}</version>{classifier_tag}{exclusions}</dependency>")
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
             f"<groupId>rtm-pack.jars</groupId><artifactId>{name}</artifactId><version>1</version>"
             f"<packaging>pom</packaging><dependencies>{''.join(deps)}</dependencies></project>\n")

@@ -38,9 +38,10 @@ OTHER_VERSIONS = ("4.1.4", "4.2.1")
 ALL_VERSIONS = OTHER_VERSIONS + (PINNED_VERSION,)
 
 #: What the matrix rows need next to pyspark (pandas/pyarrow for the pandas-UDF and
-#: transformWithStateInPandas rows, protobuf for PySpark's transformWithState worker).
-#: Same pins as the pack's dev extra.
-COMPANIONS = ("pandas==2.3.3", "pyarrow==26.0.1", "protobuf==7.36.2")
+#: transformWithStateInPandas rows, protobuf for PySpark's transformWithState worker), and
+#: psycopg for the Python Postgres writer of the Kafka → Postgres run
+#: (``pack_lab/kafka_version_check.py``). Same pins as the pack's dev extra.
+COMPANIONS = ("pandas==2.3.3", "pyarrow==26.0.1", "protobuf==7.36.2", "psycopg[binary]==3.3.9")
 
 _READY = ".ready"
 
@@ -108,12 +109,13 @@ def _checked(run: Callable[..., subprocess.CompletedProcess], cmd: Sequence[str]
         raise VersionEnvError(f"{what} failed (exit {result.returncode}): {tail}")
 
 
-def run_matrix(version: str, out_json: Path, cache: Path = CACHE, timeout: float = 900.0) -> dict:
-    """Run every support-matrix row under PySpark ``version``; return the results it wrote.
+def run_in_venv(version: str, args: Sequence[str], what: str, cache: Path = CACHE,
+                timeout: float = 900.0) -> str:
+    """Run ``python ARGS`` with PySpark ``version``'s cached venv; return its standard output.
 
-    The run happens in a child process using the cached venv's interpreter (for
-    the driver and the Python workers), with the repository on ``PYTHONPATH``
-    so the pack's lab imports. Progress goes to stderr, one line per row.
+    The child's interpreter is the venv's (for the driver and the Python workers),
+    with the repository on ``PYTHONPATH`` so the pack's lab imports; its standard
+    error (progress, Spark's log) goes to ours. ``what`` names the run in errors.
     """
     python = ensure_venv(version, cache)
     env = dict(os.environ)
@@ -122,17 +124,27 @@ def run_matrix(version: str, out_json: Path, cache: Path = CACHE, timeout: float
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     })
     env.pop("SPARK_HOME", None)  # the venv's own pyspark, never another install's jars
+    try:
+        result = subprocess.run([str(python), *args], cwd=str(ROOT), env=env, timeout=timeout,
+                                stdout=subprocess.PIPE, stderr=None, text=True)
+    except subprocess.TimeoutExpired as exc:
+        raise VersionEnvError(f"{what} under pyspark {version} did not finish in {timeout:.0f} s") from exc
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout or "").strip().splitlines()[-10:])
+        raise VersionEnvError(f"{what} under pyspark {version} failed (exit {result.returncode}): {tail}")
+    return result.stdout
+
+
+def run_matrix(version: str, out_json: Path, cache: Path = CACHE, timeout: float = 900.0) -> dict:
+    """Run every support-matrix row under PySpark ``version``; return the results it wrote.
+
+    The run happens in a child process (:func:`run_in_venv`). Progress goes to
+    stderr, one line per row.
+    """
     out_json = Path(out_json)
     out_json.unlink(missing_ok=True)
     _say(f"running the support matrix under pyspark {version}")
-    try:
-        result = subprocess.run(
-            [str(python), "-m", "pack_lab.support_matrix", "--run", str(out_json)],
-            cwd=str(ROOT), env=env, timeout=timeout, stdout=subprocess.PIPE,
-            stderr=None, text=True)
-    except subprocess.TimeoutExpired as exc:
-        raise VersionEnvError(f"the matrix under pyspark {version} did not finish in {timeout:.0f} s") from exc
-    if result.returncode != 0 or not out_json.exists():
-        tail = "\n".join((result.stdout or "").strip().splitlines()[-10:])
-        raise VersionEnvError(f"the matrix under pyspark {version} failed (exit {result.returncode}): {tail}")
+    run_in_venv(version, ["-m", "pack_lab.support_matrix", "--run", str(out_json)], "the matrix", cache, timeout)
+    if not out_json.exists():
+        raise VersionEnvError(f"the matrix under pyspark {version} wrote no {out_json.name}")
     return json.loads(out_json.read_text(encoding="utf-8"))

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Fetches the pinned jars the lab takes from Maven Central and builds the lab's Kafka client.
+# Fetches the pinned jars the lab takes from Maven Central, builds Spark's Kafka connector for the
+# pinned PySpark and builds the lab's Kafka client.
 # Sourced by scripts/setup.sh after the venv exists ($PY set); can also run alone:
 # `bash scripts/install_jars.sh`.
 #
 # - pack_lab/maven_jars.py resolves each set with Maven into .cache/jars/<set>/ and checks every
-#   jar against pack_lab/maven_jars.lock.json (sha256): the Kafka broker (kafka-broker), Spark's
-#   Kafka connector for the pinned PySpark (spark-kafka-4.3.0) and the Postgres JDBC driver
-#   (pgjdbc). Cached sets are not fetched again. The 4.1/4.2 connector sets are fetched by the
-#   spark_versions tests when they need them.
+#   jar against pack_lab/maven_jars.lock.json (sha256): the Kafka broker (kafka-broker) and the
+#   Postgres JDBC driver (pgjdbc). Cached sets are not fetched again.
+# - pack_lab/kafka_connector.py builds Spark's Kafka connector for the pinned PySpark: Maven
+#   Central serves no spark-sql-kafka-0-10 for 4.3.0, so the newest served sources jar (4.2.0,
+#   pinned sha256) is compiled with the pyspark wheel's own scala-compiler (-release 17) against
+#   the wheel's jars, the token-provider 4.2.0 binary, kafka-clients and commons-pool2, and packed
+#   into .cache/jars/spark-kafka-4.3.0/ with a stamp (a warm cache costs about a second; a changed
+#   input rebuilds, about two minutes). The 4.1.4/4.2.1 connectors are built the same way by the
+#   spark_versions tests, in those versions' venvs.
 # - pack_lab/jvm/kafka/KafkaLab.java (create a topic, produce, read a topic back) is compiled
 #   against the connector's kafka-clients into pack_lab/jvm/kafka/build/rtm-lab-kafka.jar.
 # - Without Maven or javac this says what is missing and goes on (the kafka tests skip saying
@@ -35,7 +41,8 @@ _jars_install() {
       return 0
     fi
   fi
-  (cd "$root" && "$py" -m pack_lab.maven_jars fetch kafka-broker spark-kafka-4.3.0 pgjdbc) || return 1
+  (cd "$root" && "$py" -m pack_lab.maven_jars fetch kafka-broker pgjdbc) || return 1
+  (cd "$root" && "$py" -m pack_lab.kafka_connector build 4.3.0) || return 1
 
   # --- the lab's Kafka client (pack_lab/jvm/kafka) ------------------------------------
   javac_bin=""
@@ -49,7 +56,7 @@ _jars_install() {
   src="$root/pack_lab/jvm/kafka"
   build="$src/build"
   jar="$build/rtm-lab-kafka.jar"
-  clients="$(ls "$root"/.cache/jars/spark-kafka-4.3.0/kafka-clients-*.jar)"
+  clients="$(cd "$root" && "$py" -c 'from pack_lab.kafka_connector import kafka_clients_jar; print(kafka_clients_jar())')" || return 1
   stamp="$(cat "$src"/*.java | sha256sum | cut -d' ' -f1) $("$javac_bin" -version 2>&1 | head -n 1) $(basename "$clients")"
   if [ -f "$jar" ] && [ "$(cat "$build/.build-stamp" 2>/dev/null)" = "$stamp" ]; then
     return 0
@@ -76,8 +83,8 @@ with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
 }
 
 if [ "$_jars_sourced" = 1 ]; then
-  _jars_install || die "the pinned jars (Kafka broker, Spark's Kafka connector, pgjdbc) could not be fetched or the lab's Kafka client could not be built (see the messages above)"
+  _jars_install || die "the pinned jars (Kafka broker, Spark's Kafka connector, pgjdbc) could not be fetched or built, or the lab's Kafka client could not be built (see the messages above)"
 else
   set -euo pipefail
-  _jars_install || { echo "install_jars: the pinned jars could not be fetched or the lab's Kafka client could not be built (see the messages above)" >&2; exit 1; }
+  _jars_install || { echo "install_jars: the pinned jars could not be fetched or built, or the lab's Kafka client could not be built (see the messages above)" >&2; exit 1; }
 fi

@@ -1,9 +1,10 @@
 """Apply python-foreach-available-rows.patch to Spark 4.3.0's PythonForeachWriter.scala and compile it.
 
 Maven Central serves Spark's sources jars up to 4.2.0, not 4.3.0, so the 4.3.0 file is rebuilt:
-the 4.2.0 file from ``spark-sql_2.13-4.2.0-sources.jar`` (pinned sha256, cached under
-``.cache/upstream/``) plus ``spark-4.3.0-from-4.2.0.patch``. That base is compiled with the
-pyspark wheel's own ``scala-compiler`` and must give, class by class, the bytecode of the
+the 4.2.0 file from ``spark-sql_2.13-4.2.0-sources.jar`` (pinned sha256: the set
+``spark-sql-src-4.2.0`` of ``pack_lab/maven_jars.py``, cached under ``.cache/jars/``) plus
+``spark-4.3.0-from-4.2.0.patch``. That base is compiled with the pyspark wheel's own
+``scala-compiler`` (``pack_lab/scala_build.py``) and must give, class by class, the bytecode of the
 4.3.0 jar in the wheel (``javap -c -l``: instructions and line numbers; constant-pool indices
 ignored). Only then is the upstream patch applied (``git apply``, no fuzz) and the result
 compiled against the same jars::
@@ -18,11 +19,8 @@ every step passed; a failed step prints one line naming it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,32 +30,29 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-CACHE = ROOT / ".cache" / "upstream"
+sys.path.insert(0, str(ROOT))  # run as a script: the shared compile step lives in pack_lab/scala_build.py
+from pack_lab import maven_jars, scala_build
+from pack_lab.scala_build import sha256, tool
 
 SPARK_VERSION = "4.3.0"
 SOURCE_FILE = "sql/core/src/main/scala/org/apache/spark/sql/execution/python/streaming/PythonForeachWriter.scala"
 PACKAGE_PATH = "org/apache/spark/sql/execution/python/streaming/"
 #: The newest Spark release whose sources jar Maven Central serves (checked 2026-11-27).
-SOURCES_ARTIFACT = "org.apache.spark:spark-sql_2.13:4.2.0:jar:sources"
-SOURCES_JAR = "spark-sql_2.13-4.2.0-sources.jar"
+SOURCES_SET = "spark-sql-src-4.2.0"
+SOURCES_ARTIFACT = "org.apache.spark:spark-sql_2.13:4.2.0:sources"
 SOURCES_JAR_SHA256 = "4341f82ed23399ff4aa5e9dc9441a0c8ac063b13e7952dbc437e6659aee4b36e"
 SOURCE_FILE_SHA256 = "1cfb911f1feea453c206c47b0b4c8eaec75fe84a180bd273f86db9ee46ae73a3"
 BASE_PATCH = HERE / "spark-4.3.0-from-4.2.0.patch"
 UPSTREAM_PATCH = HERE / "python-foreach-available-rows.patch"
 #: Spark 4.3.0 is built for Java 17 (class major 61, invokedynamic string concatenation).
-SCALAC_OPTIONS = ["-release", "17", "-deprecation", "-feature"]
+SCALAC_OPTIONS = [*scala_build.RELEASE_OPTIONS, "-deprecation", "-feature"]
 
-
-class StepFailed(RuntimeError):
-    """One step failed; the message names it and its cause."""
+#: One step failed; the message names it and its cause.
+StepFailed = scala_build.BuildFailed
 
 
 def say(message: str) -> None:
     print(f"[compile_patch] {message}", file=sys.stderr, flush=True)
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def spark_jars() -> Path:
@@ -73,33 +68,15 @@ def spark_jars() -> Path:
     return jars
 
 
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise StepFailed(f"`{name}` is needed and was not found (a JDK 17 provides java and javap; git provides git apply)")
-    return found
-
-
-def fetch_sources_jar(cache: Path = CACHE) -> Path:
-    """The pinned 4.2.0 sources jar, fetched once with Maven into ``cache`` and checked."""
-    target = cache / SOURCES_JAR
-    if target.is_file() and sha256(target) == SOURCES_JAR_SHA256:
-        return target
-    mvn = tool("mvn")
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".sources-", dir=cache) as work:
-        say(f"fetching {SOURCES_ARTIFACT} with Maven")
-        proc = subprocess.run([mvn, "-B", "-q", "dependency:copy", f"-Dartifact={SOURCES_ARTIFACT}",
-                               f"-DoutputDirectory={work}"], capture_output=True, text=True, cwd=work)
-        fetched = Path(work) / SOURCES_JAR
-        if proc.returncode != 0 or not fetched.is_file():
-            errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line][:2]
-            raise StepFailed(f"Maven could not fetch {SOURCES_ARTIFACT}: {' | '.join(errors) or 'no jar'}")
-        digest = sha256(fetched)
-        if digest != SOURCES_JAR_SHA256:
-            raise StepFailed(f"{SOURCES_JAR} has sha256 {digest}, pinned {SOURCES_JAR_SHA256}; nothing was kept")
-        fetched.replace(target)
-    return target
+def fetch_sources_jar() -> Path:
+    """The pinned 4.2.0 sources jar, fetched once with Maven (``pack_lab/maven_jars.py``) and checked."""
+    try:
+        (jar,) = maven_jars.fetch(SOURCES_SET)
+    except maven_jars.JarsUnavailable as exc:
+        raise StepFailed(str(exc)) from None
+    if sha256(jar) != SOURCES_JAR_SHA256:
+        raise StepFailed(f"{jar.name} has sha256 {sha256(jar)}, pinned {SOURCES_JAR_SHA256}")
+    return jar
 
 
 def git_apply(patch: Path, tree: Path) -> None:
@@ -110,17 +87,10 @@ def git_apply(patch: Path, tree: Path) -> None:
 
 
 def scalac(jars: Path, source: Path, out: Path) -> float:
+    """Compile one file with the wheel's scala-compiler; warnings fail (the patch must compile cleanly)."""
     out.mkdir(parents=True)
-    classpath = f"{jars}{os.sep}*"
     started = time.monotonic()
-    proc = subprocess.run([tool("java"), "-cp", classpath, "scala.tools.nsc.Main", *SCALAC_OPTIONS,
-                           "-classpath", classpath, "-d", str(out), str(source)], capture_output=True, text=True)
-    output = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0 or not any(out.rglob("*.class")):
-        first = next((line for line in output.splitlines() if "error" in line.lower()), output[:300])
-        raise StepFailed(f"scalac failed on {source.name}: {first}")
-    if output:  # warnings fail the check: the patch should compile cleanly under -deprecation -feature
-        raise StepFailed(f"scalac warned on {source.name}: {output.splitlines()[0]}")
+    scala_build.scalac(jars, [source], out, options=SCALAC_OPTIONS[2:], allow_warnings=False)
     return time.monotonic() - started
 
 
