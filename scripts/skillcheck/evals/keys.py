@@ -66,7 +66,6 @@ def dbx_cluster(data: dict) -> str | None:
     return None
 
 
-SINK_OPTIONS = {"endpoint", "database", "dbtable", "upsertkey", "batchsize", "batchinterval"}
 _INTERVAL = re.compile(r"^\s*(\d+)\s+(milliseconds?|seconds?|minutes?)\s*$", re.I)
 
 
@@ -75,8 +74,10 @@ def dbx_native_sink(data: dict) -> str | None:
     endpoint as project.branch[.endpoint], batchinterval written with a full unit ("100 ms" is rejected)."""
     if str(data.get("format", "")).lower() != "postgresql":
         return f"format {data.get('format')!r}: the native Lakebase streaming sink is format(\"postgresql\")"
+    from rtm_lakebase.check.rules.native_sink import DOCUMENTED  # the checker's set (LBS001): one definition
+
     opts = {str(k).lower(): v for k, v in (data.get("options") or {}).items()}
-    unknown = sorted(set(opts) - SINK_OPTIONS)
+    unknown = sorted(set(opts) - DOCUMENTED)
     if unknown:
         return f"options {unknown} are not the sink's (JDBC_STREAMING_SINK_INVALID_OPTIONS)"
     if not str(opts.get("endpoint", "")).startswith("shop.production"):
