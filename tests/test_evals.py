@@ -479,6 +479,18 @@ def test_the_committed_evidence_of_the_recorded_run_is_what_the_script_computes_
     assert markdown_block(committed).strip() in (REPO / "README.md").read_text()
 
 
+def test_the_checkpoint_switch_prompt_states_the_slots_and_partitions_the_grader_runs_with():
+    """The switch needs source + shuffle partitions free slots at once; the shuffle count is fixed by the first run.
+    The 2026-11-27 run's prompt did not say how many slots, and answers sizing 4 or 8 shuffle partitions for an
+    unknown cluster failed on the grader's 4: the prompt now gives the grader's own figures."""
+    from skillcheck.evals import drive
+
+    prompt = BY_NAME["prod-checkpoint-switch"]["prompt"]
+    assert f"runs with {drive.LAB_CORES} task slots" in prompt
+    assert "in 2 partitions" in prompt and "num_partitions=2" in (REPO / "scripts" / "skillcheck" / "evals" /
+                                                                   "prod.py").read_text()
+
+
 def test_the_evidence_of_a_run_reports_effort_per_condition_and_arm(tmp_path):
     """evidence.json (and the README block rendered from it) carries each arm's median effort per condition, from
     the run's _effort records; a run without records has no effort entry (the 2026-11-25 run)."""

@@ -36,6 +36,8 @@ from typing import Any
 
 _ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 240
+#: Task slots of the graders' local Spark lab (prompts that depend on the slots say so: prod-checkpoint-switch).
+LAB_CORES = 4
 
 
 class CheckFailed(Exception):
@@ -516,7 +518,7 @@ def _child_session():
 
             jars += rate_source_jars()
         jars = jars or None
-        return build_session(cores=4, shuffle_partitions=2, app_name="rtm-pack-evals", jvm_log=str(log),
+        return build_session(cores=LAB_CORES, shuffle_partitions=2, app_name="rtm-pack-evals", jvm_log=str(log),
                              driver_memory="1g", jars=jars)
     except Exception as exc:
         raise GraderUnavailable(f"the local Spark lab did not start: {str(exc)[:200]}") from None
