@@ -462,20 +462,26 @@ def test_scope_blanking_keeps_positions_and_drops_only_comments_docstrings_and_n
     assert _without_functions("def (:\n", "x") == "def (:\n"  # unparseable: unchanged
 
 
-def test_the_committed_evidence_of_the_recorded_run_is_what_the_script_computes_from_its_reports():
-    """README's headline (generated block eval-evidence) renders evidence.json; evidence.json is recomputed here
-    from the committed per-trial reports, so no figure of it is typed by hand."""
+@pytest.mark.parametrize("date, conditions, tasks", [("2026-11-25", ("local",), 28),
+                                                     ("2026-11-27", ("local", "search-only"), 12)])
+def test_the_committed_evidence_of_a_recorded_run_is_what_the_script_computes_from_its_reports(date, conditions,
+                                                                                               tasks):
+    """README's headline (generated blocks eval-evidence, eval-evidence-production) renders evidence.json;
+    evidence.json is recomputed here from the committed per-trial reports and effort records, so no figure of it
+    is typed by hand."""
     from skillcheck.evals.evidence import compute, markdown_block
 
-    run = REPO / "evals" / "results" / "2026-11-25" / "run"
+    run = REPO / "evals" / "results" / date / "run"
     committed = json.loads((run / "_report" / "evidence.json").read_text())
     fresh = compute(run)
     assert fresh["conditions"] == committed["conditions"]
-    local = fresh["conditions"]["local"]
-    assert len(local["regression_guards"]) + local["evidence_tasks"]["tasks"] == len(local["tasks"]) == 28
-    assert all(t["evidence"] == "regression guard" for t in local["tasks"] if t["name"] in local["regression_guards"])
-    assert all(t["with_skill"] == t["without_skill"] == t["trials"] for t in local["tasks"]
-               if t["evidence"] == "regression guard")
+    assert tuple(fresh["conditions"]) == conditions
+    for c in fresh["conditions"].values():
+        assert len(c["regression_guards"]) + c["evidence_tasks"]["tasks"] == len(c["tasks"]) == tasks
+        assert all(t["evidence"] == "regression guard" for t in c["tasks"] if t["name"] in c["regression_guards"])
+        assert all(t["with_skill"] == t["without_skill"] == t["trials"] for t in c["tasks"]
+                   if t["evidence"] == "regression guard")
+        assert all(t["trials"] == 3 for t in c["tasks"])
     assert markdown_block(committed).strip() in (REPO / "README.md").read_text()
 
 

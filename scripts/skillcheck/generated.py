@@ -66,6 +66,8 @@ GENERATORS: dict[str, Generator] = {
     "sink-outcomes": Generator("pack_lab/outcome_doc.py", "markdown_table", "rtm_lakebase/sink/outcomes.json"),
     "eval-evidence": Generator("scripts/skillcheck/evals/evidence.py", "markdown_block",
                                "evals/results/2026-11-25/run/_report/evidence.json"),
+    "eval-evidence-production": Generator("scripts/skillcheck/evals/evidence.py", "markdown_block",
+                                          "evals/results/2026-11-27/run/_report/evidence.json"),
 }
 
 MARKER_RE = re.compile(r"^[ \t]{0,3}<!--[ \t]*(?P<end>/)?generated:(?P<name>[^\s>]*)[ \t]*-->[ \t]*$")
