@@ -388,11 +388,13 @@ def run_path(bench: Bench, path: str, *, rate: int, seconds: float, backlog: int
 def machine_info(spark, bootstrap_external: bool, dsn_external: bool) -> dict[str, Any]:
     import pyspark
 
+    from pack_lab.kafka_connector import jar_name
     from pack_lab.maven_jars import KAFKA_VERSION
 
     return {"cores": os.cpu_count(), "spark_master": spark.sparkContext.master,
             "python": platform.python_version(), "pyspark": pyspark.__version__,
             "kafka": "external (KAFKA_BOOTSTRAP)" if bootstrap_external else KAFKA_VERSION,
+            "spark_kafka_connector": jar_name(pyspark.__version__),
             "postgres": "external (PG_DSN)" if dsn_external else "local throwaway server",
             "system": f"{platform.system()} {platform.machine()}",
             "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
@@ -477,7 +479,7 @@ def markdown_table(results: dict[str, Any]) -> str:
     kept = ", ".join(f"{PATH_LABELS.get(p, p)} {'none' if r is None else f'{r:,} rows/s'}" for p, r in best.items())
     lines += ["", f"From `benchmarks/results/kafka_workload.json` ({results['date']}{', quick run' if results['quick'] else ''}): "
               f"Kafka {m['kafka']} ({setup['kafka_partitions']} partition(s)), Spark {m['spark_master']} "
-              f"(pyspark {m['pyspark']}), Postgres ({m['postgres']}) and the producer on the same {m['cores']} cores; "
+              f"(pyspark {m['pyspark']}{', connector ' + m['spark_kafka_connector'] if m.get('spark_kafka_connector') else ''}), Postgres ({m['postgres']}) and the producer on the same {m['cores']} cores; "
               f"1-minute load average {m['load_average_1m_at_start']:g} at the start and "
               f"{m.get('load_average_1m_at_end', 0):g} at the end; real-time trigger {setup['trigger_realtime']}, "
               f"{setup['seconds_per_run']:g} s of input per paced run, sink flush at {setup['sink_flush_rows']} rows or "

@@ -77,7 +77,9 @@ def test_a_stale_folder_of_a_dead_owner_is_swept(tmp_path):
 
 
 _CHILD = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a test run in the background
+# (`cmd &` in a script) inherits SIGINT ignored, and Python then raises no KeyboardInterrupt on Ctrl-C
 from pack_lab.kafka_broker import KafkaBroker
 with KafkaBroker(log=None) as broker:
     print(broker.pid, broker.root, flush=True)

@@ -72,6 +72,8 @@ def test_stop_leaves_no_process_and_no_folder():
 
 SCRIPT = """
 import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a test run in the background
+# (`cmd &` in a script) inherits SIGINT ignored, and Python then raises no KeyboardInterrupt on Ctrl-C
 from pack_lab.standalone_cluster import StandaloneCluster
 cluster = StandaloneCluster(workers=1, cores_per_worker=1, log=lambda _m: None).start()
 print(" ".join(map(str, cluster.all_pids())), cluster.root, flush=True)
